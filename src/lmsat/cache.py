@@ -1,0 +1,229 @@
+"""The hidden-state cache: one HDF5 file per checkpoint, written once, read by every metric.
+
+Layout of `results/cache/{model}/{revision}.h5`:
+
+    loss         (n_seq, seq_len - 1) float32  per-token cross-entropy (nats)
+    hidden       (n_seq * seq_len, d)          last layer, post final norm (the head's input)
+    layers       (n_layers + 1, k, d)          every hidden_states entry at k sampled tokens
+    layer_index  (k,) int64                    flat token positions of that subsample
+    attrs        model, revision, model_id, dtype, storage_dtype, sample_sha256,
+                 n_seq, seq_len, hidden_size, n_layers, versions (JSON), complete
+
+Extraction is resumable: each chunk of sequences is saved atomically under
+`<file>.parts/` as soon as it is computed, and a rerun after a kill skips the chunks that
+are there. Only when all chunks exist is the HDF5 file assembled under a temp name and
+renamed, so a file under the final name is always complete. Chunks are fixed by the
+config, so a resumed run gives the same bytes as an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+from lmsat.io import atomic_path, library_versions
+
+log = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+LOGITS_BUDGET = 2**26  # floats of logits materialised at once (256 MiB in float32)
+
+
+class CacheError(ValueError):
+    """A cache file that is incomplete, corrupt, non-finite, or made from other inputs."""
+
+
+@dataclass(frozen=True)
+class ExtractionSettings:
+    batch_size: int = 8  # sequences per forward
+    chunk_sequences: int = 32  # sequences per resumable chunk
+    dtype: str = "float32"  # forward dtype
+    storage_dtype: str = "float32"  # dtype of stored hidden states
+    layer_sample: int = 4096  # tokens per layer kept for anisotropy
+    seed: int = 0  # picks the layer subsample
+
+
+def layer_sample_index(n_tokens: int, k: int, seed: int) -> np.ndarray:
+    """Sorted flat positions of the per-layer subsample. # (min(k, n_tokens),)"""
+    rng = np.random.default_rng(seed)
+    return np.sort(rng.choice(n_tokens, size=min(k, n_tokens), replace=False)).astype(np.int64)
+
+
+def _forward(model, input_ids):
+    """hidden_states of every layer and the logits of the last position. -> (tuple of (b, L, d), (b, V))"""
+    try:
+        out = model(input_ids, output_hidden_states=True, use_cache=False, logits_to_keep=1)
+    except TypeError:  # architectures without logits_to_keep
+        out = model(input_ids, output_hidden_states=True, use_cache=False)
+    return out.hidden_states, out.logits[:, -1]
+
+
+def _token_losses(head, hidden, targets):
+    """Cross-entropy of every position, computing logits a slice at a time. -> (n,) float32"""
+    import torch.nn.functional as F
+
+    step = max(1, LOGITS_BUDGET // head.weight.shape[0])
+    losses = [
+        F.cross_entropy(head(hidden[i : i + step]).float(), targets[i : i + step], reduction="none")
+        for i in range(0, hidden.shape[0], step)
+    ]
+    return __import__("torch").cat(losses)
+
+
+def _extract_chunk(model, tokens: np.ndarray, first_flat: int, index: np.ndarray, settings, device, check_head: bool):
+    """Forward one chunk of sequences. tokens: (c, L) -> dict of numpy arrays."""
+    import torch
+
+    head = model.get_output_embeddings()
+    c, seq_len = tokens.shape
+    storage = getattr(np, settings.storage_dtype)
+    losses, hiddens, layers = [], [], []
+    for b in range(0, c, settings.batch_size):
+        ids = torch.as_tensor(tokens[b : b + settings.batch_size], dtype=torch.long, device=device)  # (b, L)
+        with torch.no_grad():
+            hidden_states, last_logits = _forward(model, ids)
+            last = hidden_states[-1]  # (b, L, d), post final norm
+            if check_head and b == 0:
+                mine = head(last[:, -1]).float()
+                if not torch.allclose(mine, last_logits.float(), rtol=1e-3, atol=1e-3):
+                    raise RuntimeError(
+                        f"{type(model).__name__}: the head applied to hidden_states[-1] does not give the "
+                        "model's logits, so hidden_states[-1] is not the head's input; this architecture "
+                        "needs an adapter"
+                    )
+            d = last.shape[-1]
+            loss = _token_losses(head, last[:, :-1].reshape(-1, d), ids[:, 1:].reshape(-1))
+            losses.append(loss.reshape(ids.shape[0], seq_len - 1).cpu().numpy())
+            hiddens.append(last.reshape(-1, d).float().cpu().numpy().astype(storage))
+            lo = first_flat + b * seq_len
+            local = index[(index >= lo) & (index < lo + ids.numel())] - lo
+            pos = torch.as_tensor(local, device=device)
+            layers.append(np.stack([h.reshape(-1, d)[pos].float().cpu().numpy() for h in hidden_states]))
+    return dict(
+        loss=np.concatenate(losses).astype(np.float32),
+        hidden=np.concatenate(hiddens),
+        layers=np.concatenate(layers, axis=1).astype(storage),
+    )
+
+
+def _save_chunk(path: Path, arrays: dict) -> None:
+    with atomic_path(path) as tmp:
+        with open(tmp, "wb") as handle:
+            np.savez(handle, **arrays)
+
+
+def _load_chunk(path: Path) -> dict | None:
+    try:
+        with np.load(path) as data:
+            return {k: data[k] for k in data.files}
+    except Exception as error:  # a chunk torn by a crash: recompute it
+        log.warning("chunk %s is unreadable (%s); recomputing it", path, error)
+        return None
+
+
+def extract_to_cache(model, tokens: np.ndarray, out_path, *, identity: dict, settings: ExtractionSettings, device="cpu"):
+    """Forward `tokens` (n_seq, seq_len) through `model` and write the cache file at `out_path`.
+
+    `identity` (model, revision, model_id, sample_sha256, ...) is stored as attributes and
+    decides whether leftover chunks of an earlier, killed run can be reused.
+    """
+    out_path = Path(out_path)
+    parts = out_path.with_name(out_path.name + ".parts")
+    n_seq, seq_len = tokens.shape
+    index = layer_sample_index(n_seq * seq_len, settings.layer_sample, settings.seed)
+    meta = {**identity, **asdict(settings), "format_version": FORMAT_VERSION, "shape": [n_seq, seq_len]}
+    meta_path = parts / "meta.json"
+    if parts.exists() and (not meta_path.exists() or json.loads(meta_path.read_text()) != meta):
+        log.warning("discarding partial chunks in %s: they were made from other inputs or settings", parts)
+        shutil.rmtree(parts)
+    parts.mkdir(parents=True, exist_ok=True)
+    if not meta_path.exists():
+        with atomic_path(meta_path) as tmp:
+            tmp.write_text(json.dumps(meta))
+
+    starts = list(range(0, n_seq, settings.chunk_sequences))
+    done = [s for s in starts if (parts / f"chunk_{s:07d}.npz").exists()]
+    if done:
+        log.info("resuming %s: %d of %d chunks already done", out_path, len(done), len(starts))
+    clock, computed = time.perf_counter(), 0
+    chunks = []
+    for i, start in enumerate(starts):
+        path = parts / f"chunk_{start:07d}.npz"
+        arrays = _load_chunk(path) if path.exists() else None
+        if arrays is None:
+            block = tokens[start : start + settings.chunk_sequences]
+            arrays = _extract_chunk(model, block, start * seq_len, index, settings, device, check_head=(start == 0))
+            _save_chunk(path, arrays)
+            computed += block.size
+            rate = computed / (time.perf_counter() - clock)
+            remaining = (n_seq - start - block.shape[0]) * seq_len / rate
+            log.info("chunk %d/%d: %.0f tokens/s, about %.0f s left", i + 1, len(starts), rate, remaining)
+        chunks.append(arrays)
+
+    d = chunks[0]["hidden"].shape[1]
+    hidden = np.concatenate([c["hidden"] for c in chunks])
+    for name, values in (("hidden", hidden), ("loss", np.concatenate([c["loss"] for c in chunks]))):
+        if not np.isfinite(values).all():
+            raise CacheError(f"the forward of {identity.get('model')}@{identity.get('revision')} gave non-finite {name}")
+    with atomic_path(out_path) as tmp, h5py.File(tmp, "w") as f:
+        f.create_dataset("loss", data=np.concatenate([c["loss"] for c in chunks]))
+        f.create_dataset("hidden", data=hidden, chunks=(min(len(hidden), max(1, 2**20 // d)), d))
+        f.create_dataset("layers", data=np.concatenate([c["layers"] for c in chunks], axis=1))
+        f.create_dataset("layer_index", data=index)
+        f.attrs.update({k: v for k, v in identity.items() if v is not None})
+        f.attrs.update(
+            dtype=settings.dtype,
+            storage_dtype=settings.storage_dtype,
+            n_seq=n_seq,
+            seq_len=seq_len,
+            hidden_size=d,
+            n_layers=chunks[0]["layers"].shape[0] - 1,
+            versions=json.dumps(library_versions(), sort_keys=True),
+            format_version=FORMAT_VERSION,
+            complete=True,
+        )
+    shutil.rmtree(parts)
+    log.info("wrote %s (%d tokens, d=%d)", out_path, n_seq * seq_len, d)
+
+
+def open_cache(path, expect: dict | None = None) -> h5py.File:
+    """Open a cache file for reading after checking it is complete and made from `expect`.
+
+    `expect` maps attribute names (e.g. sample_sha256, revision) to the values this reader
+    needs; a foreign file (another token sample or revision) raises CacheError.
+    """
+    try:
+        f = h5py.File(path, "r")
+    except OSError as error:
+        raise CacheError(f"cache {path} is unreadable or truncated ({error}); delete it and rerun") from error
+    try:
+        if not f.attrs.get("complete", False) or f.attrs.get("format_version") != FORMAT_VERSION:
+            raise CacheError(f"cache {path} is incomplete or of another format version; delete it and rerun")
+        missing = {"loss", "hidden", "layers", "layer_index"} - set(f)
+        if missing:
+            raise CacheError(f"cache {path} lacks datasets {sorted(missing)}; delete it and rerun")
+        for key, value in (expect or {}).items():
+            found = f.attrs.get(key)
+            if found != value:
+                raise CacheError(f"cache {path} was made with {key}={found!r}, expected {value!r}; delete it and rerun")
+    except Exception:
+        f.close()
+        raise
+    return f
+
+
+def iter_rows(dataset, rows: int = 65536):
+    """Stream a 2-D dataset in blocks of rows, float64, refusing NaN/Inf. -> (m, d) blocks"""
+    for start in range(0, dataset.shape[0], rows):
+        block = np.asarray(dataset[start : start + rows], dtype=np.float64)
+        if not np.isfinite(block).all():
+            bad = start + int(np.argwhere(~np.isfinite(block))[0][0])
+            raise CacheError(f"{dataset.file.filename}:{dataset.name} has NaN/Inf at row {bad}; delete it and rerun")
+        yield block

@@ -1,0 +1,151 @@
+"""Eval corpora and the eval token sample (the paper: 50k tokens sampled from The Pile).
+
+The sample is built once per corpus x tokenizer: documents are tokenized and joined with
+the end-of-text token into a pool of about `pool_factor x n_tokens` tokens, cut into
+windows of `seq_len`, and `ceil(n_tokens / seq_len)` windows are drawn without
+replacement with a fixed seed. Every checkpoint of every model sharing that tokenizer
+reads the same file, identified by the SHA-256 of its tokens.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+from collections.abc import Iterator
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+from lmsat.io import atomic_path
+
+log = logging.getLogger(__name__)
+
+SYNTHETIC_DIR = "results/corpora/synthetic"
+
+
+class CorpusError(ValueError):
+    """A corpus that cannot give what the config asks of it."""
+
+
+def synthetic_file(split: str) -> str:
+    return f"{SYNTHETIC_DIR}/{split}.txt"
+
+
+def corpus_inputs(spec: dict) -> list[str]:
+    """Files a corpus reads (what a Snakemake rule must wait for)."""
+    if spec["type"] == "synthetic":
+        return [synthetic_file(spec["split"])]
+    if spec["type"] == "text_files":
+        return list(spec["files"])
+    return []
+
+
+def _read_text_file(path: str, text_field: str) -> Iterator[str]:
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, 1):
+            if path.endswith(".jsonl"):
+                try:
+                    line = json.loads(line)[text_field]
+                except (json.JSONDecodeError, KeyError) as error:
+                    raise CorpusError(f"{path}:{number}: not a JSON object with field {text_field!r} ({error})")
+            if line.strip():
+                yield line.rstrip("\n")
+
+
+def iter_documents(spec: dict, name: str = "corpus") -> Iterator[str]:
+    """Documents of a corpus, in a fixed order."""
+    if spec["type"] == "hf":
+        import datasets
+
+        try:
+            dataset = datasets.load_dataset(
+                spec["path"], spec["name"] or None, split=spec["split"], streaming=spec["streaming"]
+            )
+        except Exception as error:  # datasets raises many types; name the corpus in all of them
+            raise CorpusError(f"cannot load dataset {spec['path']} for corpus {name}: {error}") from error
+        for row in dataset:
+            if spec["text_field"] not in row:
+                raise CorpusError(f"corpus {name}: rows have no field {spec['text_field']!r} (fields: {sorted(row)})")
+            yield row[spec["text_field"]]
+        return
+    for path in corpus_inputs(spec):
+        yield from _read_text_file(path, spec["text_field"])
+
+
+def build_token_pool(documents: Iterator[str], tokenizer, n_pool: int, max_documents: int = 0) -> np.ndarray:
+    """About `n_pool` tokens of whole documents joined with end-of-text. # (n,) int32"""
+    eos = tokenizer.eos_token_id
+    if eos is None:
+        raise CorpusError("the tokenizer has no eos_token_id to separate documents")
+    pieces, total = [], 0
+    for count, text in enumerate(documents, 1):
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        pieces.append(np.asarray(ids + [eos], dtype=np.int64))
+        total += len(ids) + 1
+        if total >= n_pool or (max_documents and count >= max_documents):
+            break
+    if not pieces:
+        raise CorpusError("the corpus has no documents")
+    pool = np.concatenate(pieces)
+    if pool.max() >= np.iinfo(np.int32).max:
+        raise CorpusError("token ids do not fit int32")
+    return pool.astype(np.int32)
+
+
+def draw_windows(pool: np.ndarray, n_tokens: int, seq_len: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """ceil(n_tokens/seq_len) random non-overlapping windows. -> tokens (n_seq, seq_len), starts (n_seq,)"""
+    n_seq = math.ceil(n_tokens / seq_len)
+    n_windows = len(pool) // seq_len
+    if n_windows < n_seq:
+        raise CorpusError(
+            f"the corpus gave {len(pool)} tokens, fewer than the {n_seq * seq_len} that "
+            f"sample.n_tokens={n_tokens} needs; lower sample.n_tokens or use a larger corpus"
+        )
+    rng = np.random.default_rng(seed)
+    starts = np.sort(rng.choice(n_windows, size=n_seq, replace=False)) * seq_len
+    tokens = np.stack([pool[s : s + seq_len] for s in starts])
+    return tokens, starts
+
+
+def tokens_sha256(tokens: np.ndarray) -> str:
+    return hashlib.sha256(np.ascontiguousarray(tokens, dtype=np.int32).tobytes()).hexdigest()
+
+
+def write_sample(path: str | Path, tokens: np.ndarray, starts: np.ndarray, attrs: dict) -> str:
+    """Write the sample atomically; returns its SHA-256."""
+    digest = tokens_sha256(tokens)
+    with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
+        f.create_dataset("tokens", data=tokens.astype(np.int32))
+        f.create_dataset("starts", data=starts.astype(np.int64))
+        f.attrs.update({**attrs, "sha256": digest, "n_seq": tokens.shape[0], "seq_len": tokens.shape[1]})
+    return digest
+
+
+def read_sample(path: str | Path) -> tuple[np.ndarray, dict]:
+    """Tokens (n_seq, seq_len) and attributes, checked against the recorded hash."""
+    try:
+        with h5py.File(path, "r") as f:
+            tokens = f["tokens"][...]
+            attrs = dict(f.attrs)
+    except (OSError, KeyError) as error:
+        raise CorpusError(f"token sample {path} is unreadable or incomplete ({error}); delete it and rerun") from error
+    if tokens_sha256(tokens) != attrs.get("sha256"):
+        raise CorpusError(f"token sample {path} does not match its recorded sha256; delete it and rerun")
+    return tokens, attrs
+
+
+def build_sample(corpus_spec: dict, corpus_name: str, tokenizer, tokenizer_name: str, sample: dict, seed: int, path) -> str:
+    """Build and write the eval token sample of (corpus, tokenizer); returns its SHA-256."""
+    n_pool = sample["pool_factor"] * sample["n_tokens"]
+    docs = iter_documents(corpus_spec, corpus_name)
+    pool = build_token_pool(docs, tokenizer, n_pool, corpus_spec["max_documents"])
+    if pool.max() >= len(tokenizer):
+        raise CorpusError(f"tokenizer {tokenizer_name} produced id {pool.max()} >= its size {len(tokenizer)}")
+    tokens, starts = draw_windows(pool, sample["n_tokens"], sample["seq_len"], seed)
+    attrs = dict(corpus=corpus_name, tokenizer=tokenizer_name, seed=seed, pool_tokens=len(pool))
+    digest = write_sample(path, tokens, starts, attrs)
+    log.info("sample %s: %d x %d tokens from a pool of %d (sha256 %s)", path, *tokens.shape, len(pool), digest[:12])
+    return digest

@@ -1,0 +1,63 @@
+"""Atomic file writes and job logging shared by every step.
+
+An output appears under its final name only once complete (temp name, then os.replace),
+so a killed job never leaves a file that looks finished.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | Path):
+    """Yield a temp path beside `path`; rename it to `path` only if the block succeeds."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def write_json(path: str | Path, payload) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(payload, indent=2, sort_keys=True, default=float) + "\n")
+
+
+def read_json(path: str | Path):
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as error:
+        raise ValueError(f"{path} is unreadable or not JSON ({error}); delete it and rerun") from error
+
+
+def setup_logging(log_path: str | None = None, level=logging.INFO) -> None:
+    """Send logging (and warnings) to the job's log file, and to stderr."""
+    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    if log_path:
+        Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+        handlers.append(logging.FileHandler(log_path, mode="w"))
+    logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s %(message)s", handlers=handlers, force=True)
+    logging.captureWarnings(True)
+
+
+def library_versions() -> dict[str, str]:
+    """Versions of the libraries that shape a result (recorded in every output)."""
+    from importlib import metadata
+
+    versions = {}
+    for name in ("lmsat", "torch", "transformers", "numpy", "h5py", "tokenizers"):
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = "absent"
+    return versions

@@ -1,0 +1,79 @@
+"""Load checkpoints and tokenizers through the real `from_pretrained(name, revision=...)` path.
+
+Hub models (Pythia, OLMo, ...), local directories and the embedded toy suite all go
+through the same call; the toy suite lives in a hub cache of its own (results/toy/hub),
+so `from_pretrained("lmsat-toy/toy-d16", revision="step64", local_files_only=True)`
+resolves its revision exactly as it would for Pythia.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from lmsat.config import TOY_TOKENIZER_DIR, ModelEntry
+
+log = logging.getLogger(__name__)
+
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+class ModelLoadError(RuntimeError):
+    """A checkpoint or tokenizer could not be loaded; the message names model and revision."""
+
+
+def resolve_device(device: str) -> str:
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("config key 'device' is 'cuda' but no GPU is visible; use 'auto' or 'cpu'")
+    return device
+
+
+def load_causal_lm(model: ModelEntry, revision: str, *, dtype: str = "float32", device: str = "cpu"):
+    """The checkpoint `revision` of `model`, in eval mode on `device`."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    if revision not in model.revisions:
+        raise ModelLoadError(f"revision {revision!r} is not in the suite of model {model.name} ({model.key})")
+    kwargs = dict(
+        dtype=getattr(torch, dtype),
+        use_safetensors=None if model.allow_pickle else True,
+        trust_remote_code=model.trust_remote_code,
+    )
+    if model.source == "local":
+        target, kwargs["local_files_only"] = str(Path(model.id) / revision), True
+    else:
+        target = model.id
+        kwargs.update(revision=revision, cache_dir=model.cache_dir, local_files_only=model.local_files_only)
+    try:
+        lm = AutoModelForCausalLM.from_pretrained(target, **kwargs)
+    except (OSError, ValueError, EnvironmentError) as error:
+        hint = " (only safetensors weights are accepted unless allow_pickle: true)" if "safetensors" in str(error) else ""
+        raise ModelLoadError(f"cannot load model {model.name} ({model.id}) at revision {revision}{hint}: {error}") from error
+    hidden = lm.config.get_text_config().hidden_size
+    if hidden != model.hidden_size:
+        raise ModelLoadError(
+            f"model {model.name} at {revision} has hidden size {hidden}, "
+            f"but config key '{model.key}.hidden_size' says {model.hidden_size}; fix the config"
+        )
+    return lm.to(device).eval()
+
+
+def load_tokenizer(spec: dict, name: str):
+    """The tokenizer `name` of config['tokenizers'] (`spec` is that entry)."""
+    from transformers import AutoTokenizer
+
+    if spec["source"] == "toy":
+        target, kwargs = TOY_TOKENIZER_DIR, dict(local_files_only=True)
+    elif spec["source"] == "local":
+        target, kwargs = spec["id"], dict(local_files_only=True)
+    else:
+        target, kwargs = spec["id"], dict(revision=spec["revision"])
+    try:
+        return AutoTokenizer.from_pretrained(target, **kwargs)
+    except (OSError, ValueError) as error:
+        raise ModelLoadError(f"cannot load tokenizer {name} ({target}): {error}") from error

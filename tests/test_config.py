@@ -1,0 +1,148 @@
+"""Config validation: defaults, schedules, and errors that name the key and the fix."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+
+from conftest import ROOT, SCHEMA
+from lmsat import schedules
+from lmsat.config import ConfigError, load_plan, load_yaml
+
+
+def plan(config):
+    return load_plan(config, SCHEMA)
+
+
+def test_default_config_expands_to_toy_checkpoints(default_config):
+    p = plan(default_config)
+    assert list(p.models) == ["toy-d16", "toy-d32", "toy-d64", "toy-d128"]
+    toy = p.models["toy-d16"]
+    assert toy.revisions[0] == "step0" and toy.final_revision == f"step{default_config['toy']['max_steps']}"
+    assert toy.id == "lmsat-toy/toy-d16" and toy.local_files_only
+    assert p.config["extraction"]["dtype"] == "float32"  # a default filled in
+
+
+def test_pythia_config_has_154_revisions_per_model():
+    p = plan(load_yaml(ROOT / "config" / "pythia.yaml"))
+    assert len(p.models) == 10
+    for model in p.models.values():
+        assert len(model.revisions) == 154
+        assert model.revisions[:4] == ("step0", "step1", "step2", "step4")
+        assert model.final_revision == "step143000"
+    assert p.models["pythia-12b"].vocab_size == 50688
+    assert p.models["pythia-160m"].id == "EleutherAI/pythia-160m"
+
+
+def test_pythia_schedule():
+    steps = schedules.pythia_steps()
+    assert len(steps) == 154 and steps[:12] == [0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1000]
+    assert steps[-1] == 143000 and all(b > a for a, b in zip(steps, steps[1:]))
+
+
+def test_explicit_revision_lists_of_other_suites(default_config):
+    default_config["suites"]["olmo"] = {
+        "tokenizer": "toy",
+        "tokens_per_step": 4194304,
+        "revisions": {"schedule": "list", "list": ["stage1-step2000-tokens9B", "stage1-step1000-tokens5B"]},
+        "models": [{"name": "olmo-1b", "id": "allenai/OLMo-2-0425-1B", "hidden_size": 2048}],
+    }
+    default_config["suites"]["amber"] = {
+        "tokenizer": "toy",
+        "revisions": {"schedule": "list", "list": ["ckpt_000", "ckpt_359"], "step_regex": "ckpt_(\\d+)"},
+        "models": [{"name": "amber", "id": "LLM360/Amber", "hidden_size": 4096}],
+    }
+    p = plan(default_config)
+    assert p.models["olmo-1b"].revisions == ("stage1-step1000-tokens5B", "stage1-step2000-tokens9B")
+    assert p.models["olmo-1b"].steps == (1000, 2000)
+    assert p.models["amber"].steps == (0, 359)
+
+
+def test_revision_template_with_tokens():
+    assert schedules.render_revision("stage1-step{step}-tokens{tokens_b}B", 1000, 4194304) == "stage1-step1000-tokens4B"
+
+
+def test_log_subsample_keeps_ends():
+    steps = schedules.pythia_steps()
+    kept = schedules.log_subsample(steps, 20)
+    assert kept[0] == 0 and kept[-1] == 143000 and 15 <= len(kept) <= 21
+
+
+@pytest.mark.parametrize(
+    "mutate, key",
+    [
+        (lambda c: c.update(bogus=1), "bogus"),
+        (lambda c: c["sample"].update(n_tokens=-5), "sample.n_tokens"),
+        (lambda c: c["toy"].update(train_tokens=-1), "toy.train_tokens"),
+        (lambda c: c["suites"]["toy"]["models"][1].update(hidden_size=0), "suites.toy.models[1].hidden_size"),
+        (lambda c: c["suites"]["toy"]["models"][0].update(colour="red"), "suites.toy.models[0].colour"),
+        (lambda c: c["sample"].update(corpus="pile"), "sample.corpus"),
+        (lambda c: c.update(metrics=["loss", "nonsense"]), "metrics[1]"),
+        (lambda c: c["suites"]["toy"]["models"][0].update(tokenizer="gpt2"), "suites.toy.models[0].tokenizer"),
+        (lambda c: c.update(bottleneck={"models": ["toy-d32"], "ranks": [8, 64]}), "bottleneck.ranks[1]"),
+        (lambda c: c.update(bottleneck={"models": ["toy-d999"], "ranks": [8]}), "bottleneck.models[0]"),
+        (
+            lambda c: c["suites"]["toy"]["models"].append({"name": "mine", "source": "local", "id": "/nonexistent/m", "hidden_size": 8, "revisions": {"list": ["step1"]}}),
+            "suites.toy.models[4].id",
+        ),
+        (lambda c: c["suites"]["toy"]["models"].append({"name": "toy-d16", "source": "toy", "hidden_size": 8}), "suites.toy.models[4].name"),
+        (lambda c: c["corpora"].update(mine={"type": "text_files", "files": ["/nonexistent.txt"]}), "corpora.mine.files[0]"),
+    ],
+)
+def test_bad_config_names_the_key(default_config, mutate, key):
+    mutate(default_config)
+    with pytest.raises(ConfigError) as error:
+        plan(default_config)
+    assert error.value.key == key
+    assert f"'{key}'" in str(error.value) and "Fix:" in str(error.value)
+
+
+def test_rank_error_names_model_and_hidden_size(default_config):
+    default_config["bottleneck"] = {"models": ["toy-d32"], "ranks": [64]}
+    with pytest.raises(ConfigError, match="exceeds the hidden size d=32 of model toy-d32"):
+        plan(default_config)
+
+
+def test_local_model_without_weights(tmp_path, default_config):
+    (tmp_path / "step1").mkdir()
+    (tmp_path / "step1" / "config.json").write_text("{}")
+    (tmp_path / "step1" / "pytorch_model.bin").write_bytes(b"pickle")
+    default_config["suites"]["toy"]["models"].append(
+        {"name": "mine", "source": "local", "id": str(tmp_path), "hidden_size": 8, "revisions": {"list": ["step1"]}}
+    )
+    with pytest.raises(ConfigError, match="allow_pickle"):
+        plan(default_config)
+    default_config["suites"]["toy"]["models"][-1]["allow_pickle"] = True
+    assert plan(default_config).models["mine"].revisions == ("step1",)
+
+
+def _snakemake(*args, cwd=ROOT):
+    return subprocess.run(
+        [sys.executable, "-m", "snakemake", *args], cwd=cwd, capture_output=True, text=True, timeout=300
+    )
+
+
+def test_bad_config_fails_before_any_job(tmp_path, default_config):
+    default_config["bottleneck"] = {"models": ["toy-d16"], "ranks": [4, 32]}
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(default_config))
+    result = _snakemake("-n", "--configfile", str(bad))
+    assert result.returncode != 0
+    output = result.stdout + result.stderr
+    assert "bottleneck.ranks[1]" in output and "exceeds the hidden size" in output
+    assert "Job stats" not in output
+
+
+def test_pythia_plan_is_offline_and_complete():
+    started = time.perf_counter()
+    result = _snakemake("-n", "--configfile", "config/pythia.yaml", "-q", "rules")
+    elapsed = time.perf_counter() - started
+    assert result.returncode == 0, result.stderr[-2000:]
+    counts = dict(line.split()[:2] for line in result.stdout.splitlines() if line.strip() and line.split()[-1].isdigit() and len(line.split()) == 2)
+    assert counts["extract_hidden_states"] == str(10 * 154)
+    assert "train_toy_model" not in counts  # --configfile replaces the toy default
+    assert elapsed < 60  # the acceptance target is 30 s on an idle machine: benchmarks/dag.py

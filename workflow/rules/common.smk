@@ -1,0 +1,112 @@
+# The workflow's Python: config validation, model/revision/metric tables, input functions.
+import re
+from dataclasses import asdict
+from pathlib import Path
+
+from lmsat.config import load_plan
+from lmsat.corpus import corpus_inputs
+from lmsat.metrics import METRICS
+from snakemake.common.configfile import load_configfile
+from snakemake.utils import update_config
+
+# `configfile:` in the Snakefile would be merged under any --configfile, so the paper's
+# config would also plan the toy suite; a --configfile replaces the default instead.
+if workflow.overwrite_configfiles:
+    chosen = {}
+    for path in workflow.overwrite_configfiles:
+        update_config(chosen, load_configfile(path))
+    update_config(chosen, workflow.config_settings.overwrite_config)
+    config.clear()
+    config.update(chosen)
+
+# Validated once, at DAG time, with errors naming the key and the fix; no hub is reached.
+PLAN = load_plan(
+    config, Path(workflow.current_basedir).parent / "schemas" / "config.schema.yaml"
+)
+CONFIG = PLAN.config
+MODELS = PLAN.models
+TOY_LANGUAGE = "results/toy/language.h5"
+TOY_TOKENIZER = "results/toy/tokenizer/tokenizer.json"
+
+
+def _alternatives(values):
+    return "|".join(re.escape(v) for v in sorted(set(values)))
+
+
+wildcard_constraints:
+    model=_alternatives(MODELS),
+    revision=_alternatives(r for m in MODELS.values() for r in m.revisions),
+    metric=_alternatives(METRICS),
+    corpus=_alternatives(CONFIG["corpora"]),
+    tokenizer=_alternatives(CONFIG["tokenizers"]),
+
+
+def uses_toy_suite():
+    return any(m.source == "toy" for m in MODELS.values())
+
+
+def checkpoint_files(pattern, **extra):
+    """`pattern` formatted for every (model, revision) of the plan."""
+    return [
+        pattern.format(model=model, revision=revision, **extra)
+        for model, revision in PLAN.checkpoints()
+    ]
+
+
+def sample_of_model(wildcards):
+    return PLAN.sample_path(MODELS[wildcards.model].tokenizer)
+
+
+def checkpoint_weights(wildcards):
+    """What must exist before a checkpoint can be loaded (the toy suite is built here)."""
+    if MODELS[wildcards.model].source == "toy":
+        return f"results/toy/models/{wildcards.model}.json"
+    return []
+
+
+def model_params(wildcards):
+    return asdict(MODELS[wildcards.model])
+
+
+def checkpoint_record(wildcards):
+    """Suite, step and token count of one checkpoint, for its metric records."""
+    model = MODELS[wildcards.model]
+    step = model.step(wildcards.revision)
+    return dict(
+        suite=model.suite,
+        model=model.name,
+        revision=wildcards.revision,
+        step=step,
+        tokens=step * model.tokens_per_step,
+    )
+
+
+def sample_inputs(wildcards):
+    corpus = CONFIG["corpora"][wildcards.corpus]
+    tokenizer = CONFIG["tokenizers"][wildcards.tokenizer]
+    return corpus_inputs(corpus) + (
+        [TOY_TOKENIZER] if tokenizer["source"] == "toy" else []
+    )
+
+
+def metric_inputs(wildcards):
+    if METRICS[wildcards.metric].source == "cache":
+        return dict(
+            cache=f"results/cache/{wildcards.model}/{wildcards.revision}.h5",
+            sample=sample_of_model(wildcards),
+        )
+    return dict(weights=checkpoint_weights(wildcards))
+
+
+def synthetic_reference():
+    """The synthetic language (for its entropy rate) when the eval corpus is synthetic."""
+    corpus = CONFIG["corpora"][CONFIG["sample"]["corpus"]]
+    return TOY_LANGUAGE if corpus["type"] == "synthetic" else []
+
+
+def final_outputs():
+    return [
+        "results/tables/loss.csv",
+        "results/figures/fig1a_loss.png",
+        "results/figures/fig1a_loss.pdf",
+    ]

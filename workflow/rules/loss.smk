@@ -1,0 +1,34 @@
+# Loss along training: the aggregate table and Fig. 1a.
+
+
+localrules:
+    tabulate_loss,
+    plot_loss_curves,
+
+
+rule tabulate_loss:
+    input:
+        checkpoint_files("results/metrics/loss/{model}/{revision}.json"),
+    output:
+        "results/tables/loss.csv",
+    log:
+        "logs/tabulate_loss.log",
+    script:
+        "../scripts/tabulate_loss.py"
+
+
+rule plot_loss_curves:
+    input:
+        table="results/tables/loss.csv",
+        language=synthetic_reference(),
+    output:
+        png=report(
+            "results/figures/fig1a_loss.png",
+            caption="../report/fig1a_loss.rst",
+            category="Saturation",
+        ),
+        pdf="results/figures/fig1a_loss.pdf",
+    log:
+        "logs/plot_loss_curves.log",
+    script:
+        "../scripts/plot_loss_curves.py"

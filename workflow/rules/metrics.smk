@@ -1,0 +1,19 @@
+# Per-checkpoint metrics, one job per checkpoint x metric; names resolve in lmsat.metrics.
+
+
+rule compute_checkpoint_metric:
+    input:
+        unpack(metric_inputs),
+    output:
+        "results/metrics/{metric}/{model}/{revision}.json",
+    log:
+        "logs/compute_checkpoint_metric/{metric}/{model}/{revision}.log",
+    params:
+        record=checkpoint_record,
+        model=model_params,
+        device=CONFIG["device"],
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    script:
+        "../scripts/compute_checkpoint_metric.py"

@@ -1,0 +1,20 @@
+# The eval token sample: built once per corpus x tokenizer, shared by all checkpoints.
+
+
+rule sample_eval_tokens:
+    input:
+        sample_inputs,
+    output:
+        "results/samples/{corpus}/{tokenizer}.h5",
+    log:
+        "logs/sample_eval_tokens/{corpus}/{tokenizer}.log",
+    params:
+        corpus=lambda wildcards: CONFIG["corpora"][wildcards.corpus],
+        tokenizer=lambda wildcards: CONFIG["tokenizers"][wildcards.tokenizer],
+        sample=CONFIG["sample"],
+        seed=CONFIG["seed"],
+    resources:
+        mem_mb=4000,
+        runtime=60,
+    script:
+        "../scripts/sample_eval_tokens.py"

@@ -1,0 +1,45 @@
+# The embedded toy suite: a synthetic language with known next-token distributions, its
+# tokenizer, and tiny GPT-NeoX models trained on it with a Pythia-like checkpoint schedule.
+
+
+rule build_synthetic_language:
+    output:
+        language=TOY_LANGUAGE,
+        train="results/corpora/synthetic/train.txt",
+        eval="results/corpora/synthetic/eval.txt",
+        tokenizer=TOY_TOKENIZER,
+    log:
+        "logs/build_synthetic_language.log",
+    params:
+        language=CONFIG["toy"]["language"],
+        train_tokens=CONFIG["toy"]["train_tokens"],
+        eval_tokens=CONFIG["toy"]["eval_tokens"],
+        doc_tokens=CONFIG["toy"]["doc_tokens"],
+        seed=CONFIG["seed"],
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    script:
+        "../scripts/build_synthetic_language.py"
+
+
+rule train_toy_model:
+    input:
+        train="results/corpora/synthetic/train.txt",
+        tokenizer=TOY_TOKENIZER,
+    output:
+        manifest="results/toy/models/{model}.json",
+        repository=directory("results/toy/hub/models--lmsat-toy--{model}"),
+    log:
+        "logs/train_toy_model/{model}.log",
+    params:
+        model=model_params,
+        toy=CONFIG["toy"],
+        seed=CONFIG["seed"],
+        threads=CONFIG["threads"],
+    threads: CONFIG["threads"]
+    resources:
+        mem_mb=2000,
+        runtime=30,
+    script:
+        "../scripts/train_toy_model.py"

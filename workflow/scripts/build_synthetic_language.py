@@ -1,0 +1,21 @@
+"""Rule build_synthetic_language: the synthetic language, its corpora and its tokenizer."""
+
+from pathlib import Path
+
+from lmsat import synthetic, toy
+from lmsat.io import setup_logging, write_json
+
+
+def main(snakemake):
+    setup_logging(snakemake.log[0])
+    params, output = snakemake.params, snakemake.output
+    language = synthetic.build_language(synthetic.LanguageSpec(**params.language))
+    synthetic.save_language(language, output.language)
+    for split, n_tokens, seed in (("train", params.train_tokens, params.seed), ("eval", params.eval_tokens, params.seed + 1)):
+        stats = synthetic.write_corpus(language, output[split], n_tokens, params.doc_tokens, seed=seed)
+        write_json(Path(output[split]).with_suffix(".json"), {**stats, "entropy_rate": language.entropy_rate})
+    toy.build_tokenizer(language.words, Path(output.tokenizer).parent)
+
+
+if __name__ == "__main__":
+    main(snakemake)  # noqa: F821 (injected by Snakemake's script directive)

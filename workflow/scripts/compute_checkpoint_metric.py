@@ -1,0 +1,31 @@
+"""Rule compute_checkpoint_metric: one registered metric of one checkpoint, as JSON."""
+
+from lmsat.cache import open_cache
+from lmsat.corpus import read_sample
+from lmsat.io import setup_logging, write_json
+from lmsat.metrics import METRICS
+
+
+def main(snakemake):
+    setup_logging(snakemake.log[0])
+    params, wildcards = snakemake.params, snakemake.wildcards
+    metric = METRICS[wildcards.metric]
+    if metric.source == "cache":
+        _, sample = read_sample(snakemake.input.sample)
+        expect = dict(model=wildcards.model, revision=wildcards.revision, sample_sha256=sample["sha256"])
+        with open_cache(snakemake.input.cache, expect=expect) as cache:
+            values = metric.compute(cache)
+    else:
+        import torch
+
+        from lmsat.config import ModelEntry
+        from lmsat.models import load_causal_lm, resolve_device
+
+        torch.set_num_threads(1)
+        model = load_causal_lm(ModelEntry(**params.model), wildcards.revision, device=resolve_device(params.device))
+        values = metric.compute(model)
+    write_json(snakemake.output[0], {**params.record, "metric": metric.name, **values})
+
+
+if __name__ == "__main__":
+    main(snakemake)  # noqa: F821 (injected by Snakemake's script directive)

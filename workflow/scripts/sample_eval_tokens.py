@@ -1,0 +1,24 @@
+"""Rule sample_eval_tokens: the eval token sample of one corpus x tokenizer."""
+
+from lmsat.corpus import build_sample
+from lmsat.io import setup_logging
+from lmsat.models import load_tokenizer
+
+
+def main(snakemake):
+    setup_logging(snakemake.log[0])
+    params, wildcards = snakemake.params, snakemake.wildcards
+    tokenizer = load_tokenizer(params.tokenizer, wildcards.tokenizer)
+    build_sample(
+        params.corpus,
+        wildcards.corpus,
+        tokenizer,
+        wildcards.tokenizer,
+        params.sample,
+        params.seed,
+        snakemake.output[0],
+    )
+
+
+if __name__ == "__main__":
+    main(snakemake)  # noqa: F821 (injected by Snakemake's script directive)

@@ -1,0 +1,15 @@
+"""Rule tabulate_loss: results/tables/loss.csv from the per-checkpoint loss records."""
+
+from lmsat.io import atomic_path, read_json, setup_logging
+from lmsat.tables import loss_table
+
+
+def main(snakemake):
+    setup_logging(snakemake.log[0])
+    table = loss_table([read_json(path) for path in snakemake.input])
+    with atomic_path(snakemake.output[0]) as tmp:
+        table.to_csv(tmp, index=False)
+
+
+if __name__ == "__main__":
+    main(snakemake)  # noqa: F821 (injected by Snakemake's script directive)

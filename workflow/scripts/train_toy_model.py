@@ -1,0 +1,38 @@
+"""Rule train_toy_model: train one toy GPT-NeoX and publish its checkpoints as revisions."""
+
+import torch
+from transformers import AutoTokenizer
+
+from lmsat import hub, toy
+from lmsat.config import TOY_HUB_CACHE, ModelEntry
+from lmsat.io import setup_logging, write_json
+
+
+def main(snakemake):
+    setup_logging(snakemake.log[0])
+    params = snakemake.params
+    torch.set_num_threads(params.threads)
+    model = ModelEntry(**params.model)
+    cfg = params.toy
+    tokenizer = AutoTokenizer.from_pretrained(snakemake.input.tokenizer.rsplit("/", 1)[0])
+    train_tokens = toy.tokenize_corpus(tokenizer, snakemake.input.train)
+    model_spec = toy.ToyModelSpec(
+        hidden_size=model.hidden_size, num_layers=cfg["num_layers"], seq_len=cfg["seq_len"], vocab_size=len(tokenizer)
+    )
+    train_spec = toy.TrainSpec(
+        max_steps=cfg["max_steps"], batch_size=cfg["batch_size"], lr=cfg["learning_rate"], seed=params.seed
+    )
+    steps = dict(zip(model.steps, model.revisions))
+
+    def publish(step, lm):
+        hub.publish_revision(lm, tokenizer, TOY_HUB_CACHE, model.id, steps[step])
+
+    history = toy.train_toy_model(train_tokens, model_spec, train_spec, sorted(steps), publish)
+    write_json(
+        snakemake.output.manifest,
+        dict(model=model.name, id=model.id, revisions=list(model.revisions), steps=list(model.steps), history=history),
+    )
+
+
+if __name__ == "__main__":
+    main(snakemake)  # noqa: F821 (injected by Snakemake's script directive)
