@@ -67,6 +67,7 @@ def _forward(model, input_ids):
 
 def _token_losses(head, hidden, targets):
     """Cross-entropy of every position, computing logits a slice at a time. -> (n,) float32"""
+    import torch
     import torch.nn.functional as F
 
     step = max(1, LOGITS_BUDGET // head.weight.shape[0])
@@ -74,7 +75,7 @@ def _token_losses(head, hidden, targets):
         F.cross_entropy(head(hidden[i : i + step]).float(), targets[i : i + step], reduction="none")
         for i in range(0, hidden.shape[0], step)
     ]
-    return __import__("torch").cat(losses)
+    return torch.cat(losses)
 
 
 def _extract_chunk(model, tokens: np.ndarray, first_flat: int, index: np.ndarray, settings, device, check_head: bool):

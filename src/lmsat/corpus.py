@@ -62,7 +62,11 @@ def iter_documents(spec: dict, name: str = "corpus") -> Iterator[str]:
 
         try:
             dataset = datasets.load_dataset(
-                spec["path"], spec["name"] or None, split=spec["split"], streaming=spec["streaming"]
+                spec["path"],
+                spec["name"] or None,
+                split=spec["split"],
+                streaming=spec["streaming"],
+                data_files=spec.get("data_files") or None,
             )
         except Exception as error:  # datasets raises many types; name the corpus in all of them
             raise CorpusError(f"cannot load dataset {spec['path']} for corpus {name}: {error}") from error

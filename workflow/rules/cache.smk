@@ -11,16 +11,18 @@ rule extract_hidden_states:
         "logs/extract_hidden_states/{model}/{revision}.log",
     benchmark:
         "benchmarks/out/extract_hidden_states/{model}/{revision}.tsv"
+    conda:
+        "../../envs/lmsat.yaml"
+    threads: CONFIG["threads"]
+    resources:
+        mem_mb=lambda wildcards, attempt: CONFIG["extraction"]["mem_mb"] * attempt,
+        runtime=lambda wildcards, attempt: CONFIG["extraction"]["runtime"] * attempt,
+        gpu=lambda wildcards: 1 if CONFIG["device"] == "cuda" else 0,
     params:
         model=model_params,
         extraction=CONFIG["extraction"],
         device=CONFIG["device"],
         seed=CONFIG["seed"],
         threads=CONFIG["threads"],
-    threads: CONFIG["threads"]
-    resources:
-        mem_mb=lambda wildcards, attempt: CONFIG["extraction"]["mem_mb"] * attempt,
-        runtime=lambda wildcards, attempt: CONFIG["extraction"]["runtime"] * attempt,
-        gpu=lambda wildcards: 1 if CONFIG["device"] == "cuda" else 0,
     script:
         "../scripts/extract_hidden_states.py"

@@ -13,6 +13,8 @@ rule tabulate_loss:
         "results/tables/loss.csv",
     log:
         "logs/tabulate_loss.log",
+    conda:
+        "../../envs/lmsat.yaml"
     script:
         "../scripts/tabulate_loss.py"
 
@@ -30,5 +32,7 @@ rule plot_loss_curves:
         pdf="results/figures/fig1a_loss.pdf",
     log:
         "logs/plot_loss_curves.log",
+    conda:
+        "../../envs/lmsat.yaml"
     script:
         "../scripts/plot_loss_curves.py"

@@ -8,12 +8,14 @@ rule compute_checkpoint_metric:
         "results/metrics/{metric}/{model}/{revision}.json",
     log:
         "logs/compute_checkpoint_metric/{metric}/{model}/{revision}.log",
+    conda:
+        "../../envs/lmsat.yaml"
+    resources:
+        mem_mb=2000,
+        runtime=10,
     params:
         record=checkpoint_record,
         model=model_params,
         device=CONFIG["device"],
-    resources:
-        mem_mb=2000,
-        runtime=10,
     script:
         "../scripts/compute_checkpoint_metric.py"

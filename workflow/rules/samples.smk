@@ -8,13 +8,15 @@ rule sample_eval_tokens:
         "results/samples/{corpus}/{tokenizer}.h5",
     log:
         "logs/sample_eval_tokens/{corpus}/{tokenizer}.log",
+    conda:
+        "../../envs/lmsat.yaml"
+    resources:
+        mem_mb=4000,
+        runtime=60,
     params:
         corpus=lambda wildcards: CONFIG["corpora"][wildcards.corpus],
         tokenizer=lambda wildcards: CONFIG["tokenizers"][wildcards.tokenizer],
         sample=CONFIG["sample"],
         seed=CONFIG["seed"],
-    resources:
-        mem_mb=4000,
-        runtime=60,
     script:
         "../scripts/sample_eval_tokens.py"

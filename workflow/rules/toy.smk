@@ -10,15 +10,17 @@ rule build_synthetic_language:
         tokenizer=TOY_TOKENIZER,
     log:
         "logs/build_synthetic_language.log",
+    conda:
+        "../../envs/lmsat.yaml"
+    resources:
+        mem_mb=2000,
+        runtime=10,
     params:
         language=CONFIG["toy"]["language"],
         train_tokens=CONFIG["toy"]["train_tokens"],
         eval_tokens=CONFIG["toy"]["eval_tokens"],
         doc_tokens=CONFIG["toy"]["doc_tokens"],
         seed=CONFIG["seed"],
-    resources:
-        mem_mb=2000,
-        runtime=10,
     script:
         "../scripts/build_synthetic_language.py"
 
@@ -32,14 +34,16 @@ rule train_toy_model:
         repository=directory("results/toy/hub/models--lmsat-toy--{model}"),
     log:
         "logs/train_toy_model/{model}.log",
+    conda:
+        "../../envs/lmsat.yaml"
+    threads: CONFIG["threads"]
+    resources:
+        mem_mb=2000,
+        runtime=30,
     params:
         model=model_params,
         toy=CONFIG["toy"],
         seed=CONFIG["seed"],
         threads=CONFIG["threads"],
-    threads: CONFIG["threads"]
-    resources:
-        mem_mb=2000,
-        runtime=30,
     script:
         "../scripts/train_toy_model.py"

@@ -1,0 +1,90 @@
+"""The eval token sample: determinism, windows, corpus sources and errors."""
+
+from __future__ import annotations
+
+import json
+
+import h5py
+import numpy as np
+import pytest
+
+from conftest import word_tokenizer
+from lmsat.corpus import CorpusError, build_sample, iter_documents, read_sample
+
+WORDS = [f"w{i}" for i in range(30)]
+SAMPLE = dict(n_tokens=100, seq_len=10, pool_factor=3)
+
+
+def corpus_spec(**kwargs):
+    spec = dict(type="text_files", path="", name="", split="validation", text_field="text", streaming=True, files=[], max_documents=0)
+    spec.update(kwargs)
+    return spec
+
+
+@pytest.fixture
+def text_corpus(tmp_path):
+    rng = np.random.default_rng(0)
+    path = tmp_path / "docs.txt"
+    path.write_text("\n".join(" ".join(rng.choice(WORDS, size=40)) for _ in range(30)) + "\n")
+    return path
+
+
+def test_sample_is_deterministic_and_windows_the_corpus(text_corpus, tmp_path):
+    tokenizer = word_tokenizer(WORDS)
+    spec = corpus_spec(files=[str(text_corpus)])
+    a = build_sample(spec, "docs", tokenizer, "words", SAMPLE, 0, tmp_path / "a.h5")
+    b = build_sample(spec, "docs", tokenizer, "words", SAMPLE, 0, tmp_path / "b.h5")
+    c = build_sample(spec, "docs", tokenizer, "words", SAMPLE, 1, tmp_path / "c.h5")
+    assert a == b != c
+    tokens, attrs = read_sample(tmp_path / "a.h5")
+    assert tokens.shape == (10, 10) and attrs["tokenizer"] == "words"
+    # every window is a contiguous piece of the documents joined by eos
+    pool = []
+    for line in text_corpus.read_text().splitlines():
+        pool += [int(w[1:]) for w in line.split()] + [len(WORDS)]
+    with h5py.File(tmp_path / "a.h5") as f:
+        starts = f["starts"][...]
+    for row, start in zip(tokens, starts):
+        assert row.tolist() == pool[start : start + 10]
+    assert len(set(starts)) == 10 and attrs["pool_tokens"] >= 300
+
+
+def test_corpus_too_small_for_the_sample(text_corpus, tmp_path):
+    spec = corpus_spec(files=[str(text_corpus)])
+    with pytest.raises(CorpusError, match="sample.n_tokens=5000"):
+        build_sample(spec, "docs", word_tokenizer(WORDS), "words", dict(SAMPLE, n_tokens=5000), 0, tmp_path / "s.h5")
+    assert not (tmp_path / "s.h5").exists()
+
+
+def test_empty_corpus(tmp_path):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n\n")
+    with pytest.raises(CorpusError, match="no documents"):
+        build_sample(corpus_spec(files=[str(empty)]), "e", word_tokenizer(WORDS), "w", SAMPLE, 0, tmp_path / "s.h5")
+
+
+def test_hf_dataset_path_through_datasets_load_dataset(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps({"body": f"w{i} w{i + 1} w{i + 2}"}) + "\n" for i in range(5)))
+    spec = corpus_spec(type="hf", path="json", split="train", text_field="body", data_files=[str(data)])
+    docs = list(iter_documents(spec, "mine"))
+    assert docs[0] == "w0 w1 w2" and len(docs) == 5
+    bad = dict(spec, text_field="text")
+    with pytest.raises(CorpusError, match="no field 'text'"):
+        list(iter_documents(bad, "mine"))
+
+
+def test_jsonl_text_files(tmp_path):
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"text": "a b"}) + "\n" + "not json\n")
+    with pytest.raises(CorpusError, match="d.jsonl:2"):
+        list(iter_documents(corpus_spec(files=[str(data)]), "d"))
+
+
+def test_corrupt_sample_is_rejected(text_corpus, tmp_path):
+    build_sample(corpus_spec(files=[str(text_corpus)]), "docs", word_tokenizer(WORDS), "words", SAMPLE, 0, tmp_path / "a.h5")
+    with h5py.File(tmp_path / "a.h5", "a") as f:
+        f["tokens"][0, 0] += 1
+    with pytest.raises(CorpusError, match="sha256"):
+        read_sample(tmp_path / "a.h5")

@@ -1,0 +1,51 @@
+"""Loading checkpoints through from_pretrained: local directories, safety, clear errors."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from lmsat.config import ModelEntry
+from lmsat.models import ModelLoadError, load_causal_lm
+
+
+def entry(path, **kwargs):
+    base = dict(
+        name="tiny", suite="s", source="local", id=str(path), hidden_size=16, vocab_size=40, n_params=0,
+        tokenizer="t", tokens_per_step=1, revisions=("step1",), steps=(1,), allow_pickle=False,
+        trust_remote_code=False, key="suites.s.models[0]",
+    )
+    base.update(kwargs)
+    return ModelEntry(**base)
+
+
+def test_local_revision_loads_the_saved_weights(tiny_neox, tmp_path):
+    tiny_neox.save_pretrained(tmp_path / "step1")
+    model = load_causal_lm(entry(tmp_path), "step1")
+    for (name, a), (_, b) in zip(tiny_neox.state_dict().items(), model.state_dict().items()):
+        assert torch.equal(a, b), name
+    assert not model.training
+
+
+def test_hidden_size_mismatch_names_the_config_key(tiny_neox, tmp_path):
+    tiny_neox.save_pretrained(tmp_path / "step1")
+    with pytest.raises(ModelLoadError, match=r"suites.s.models\[0\].hidden_size"):
+        load_causal_lm(entry(tmp_path, hidden_size=32), "step1")
+
+
+def test_revision_outside_the_suite(tiny_neox, tmp_path):
+    with pytest.raises(ModelLoadError, match="step7.*not in the suite of model tiny"):
+        load_causal_lm(entry(tmp_path), "step7")
+
+
+def test_pickle_weights_are_refused_unless_allowed(tiny_neox, tmp_path):
+    directory = tmp_path / "step1"
+    tiny_neox.save_pretrained(directory)
+    (directory / "model.safetensors").unlink()
+    torch.save(tiny_neox.state_dict(), directory / "pytorch_model.bin")  # a pickle checkpoint
+    with pytest.raises(ModelLoadError, match="tiny.*step1.*allow_pickle"):
+        load_causal_lm(entry(tmp_path), "step1")
+    model = load_causal_lm(dataclasses.replace(entry(tmp_path), allow_pickle=True), "step1")
+    assert torch.equal(model.get_output_embeddings().weight, tiny_neox.get_output_embeddings().weight)
