@@ -1,0 +1,453 @@
+"""Downstream zero-shot evaluation with the LM Evaluation Harness (Godey et al. 2024, Table 1).
+
+Metrics are lm-eval's own: this module only loads the checkpoint, runs
+`lm_eval.simple_evaluate`, turns the result into a JSON-able dict, and builds the paper's
+Table 1 from such dicts. Offline tasks over the synthetic language are written as lm-eval
+task YAMLs (`dataset_path: json`) into a directory passed as `include_path`.
+
+    names = write_offline_tasks("results/tasks", docs, n_docs=200, n_choices=4, seed=0)
+    out = run_lmeval("EleutherAI/pythia-160m", "step143000", ["lambada_openai", "wikitext"],
+                     batch_size=8, limit=None, device="cuda", dtype="float32")
+    table = make_table1([{"model": "pythia-160m", "checkpoint": "final", "results": out}, ...])
+    write_table(table, "results/table1.md")          # also .csv and .tex
+
+storycloze_2016 needs data that is only handed out on request: `run_lmeval` raises
+`ManualDownloadRequired` before loading anything, and `write_storycloze_task` turns the
+downloaded CSVs into a task that replaces lm-eval's (which datasets >= 4 cannot load).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections import Counter
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import yaml
+
+# Tasks whose data must be fetched by hand: lm-eval dataset_path -> how to get it.
+MANUAL_DOWNLOADS = {
+    "LSDSem/story_cloze": (
+        "Story Cloze 2016 is distributed only on request: fill the form at "
+        "https://cs.rochester.edu/nlp/rocstories/ and download "
+        "'cloze_test_val__spring2016 - cloze_test_ALL_val.csv' and "
+        "'cloze_test_test__spring2016 - cloze_test_ALL_test.csv' into one directory DIR; then "
+        "call lmsat.evaluation.write_storycloze_task(TASK_DIR, DIR) and pass "
+        "include_path=TASK_DIR (lm-eval's own config would need dataset_kwargs.data_dir=DIR, "
+        "but its loader script no longer runs with datasets >= 4)"
+    ),
+}
+STORYCLOZE_2016_FILES = {  # split -> file name of the manual download
+    "validation": "cloze_test_val__spring2016 - cloze_test_ALL_val.csv",
+    "test": "cloze_test_test__spring2016 - cloze_test_ALL_test.csv",
+}
+OFFLINE_TASKS = ("synthetic_ppl", "synthetic_mc")
+
+
+class ManualDownloadRequired(ValueError):
+    """A requested task needs data that must be downloaded by hand; `.tasks` names them."""
+
+    def __init__(self, missing: dict[str, str]):
+        self.tasks = sorted(missing)
+        super().__init__("; ".join(f"task {task}: {why}" for task, why in sorted(missing.items())))
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    task: str  # lm-eval task name
+    metric: str  # lm-eval metric name; the result key is "<metric>,<filter>"
+    label: str  # column header without its arrow, as in the paper
+    higher_is_better: bool  # arrow in the header: True -> up
+    scale: float = 1.0  # factor applied in the table (accuracies are shown in %)
+    decimals: int = 1  # digits after the point in Markdown/LaTeX
+    filter: str = "none"  # lm-eval filter name (the part after the comma)
+
+    @property
+    def header(self) -> str:
+        return f"{self.label} {'↑' if self.higher_is_better else '↓'}"
+
+
+# What Table 1 reports per task (add tasks here); lm-eval computes every value.
+METRICS: dict[str, tuple[MetricSpec, ...]] = {
+    "lambada_openai": (
+        MetricSpec("lambada_openai", "perplexity", "Lambada (ppl.)", False, decimals=1),
+        MetricSpec("lambada_openai", "acc", "Lambada", True, scale=100.0),
+    ),
+    "storycloze_2016": (MetricSpec("storycloze_2016", "acc", "StoryCloze", True, scale=100.0),),
+    "wikitext": (MetricSpec("wikitext", "word_perplexity", "WikiText (ppl.)", False, decimals=2),),
+    "sciq": (MetricSpec("sciq", "acc", "SciQ", True, scale=100.0),),
+    "arc_easy": (MetricSpec("arc_easy", "acc", "ARC-e", True, scale=100.0),),
+    "synthetic_ppl": (MetricSpec("synthetic_ppl", "word_perplexity", "Synthetic (ppl.)", False, decimals=2),),
+    "synthetic_mc": (MetricSpec("synthetic_mc", "acc", "Synthetic last word", True, scale=100.0),),
+}
+TABLE1_TASKS = ("lambada_openai", "storycloze_2016", "wikitext", "sciq", "arc_easy")
+CHECKPOINT_ORDER = ("best", "final")  # row order within a model; other kinds follow
+
+
+# ---------------------------------------------------------------- offline task files
+
+
+def _fill_template(name: str, data_files: dict[str, Path], out_dir: Path) -> Path:
+    """Load the packaged template `name`, point it at data_files, write out_dir/<name>.yaml."""
+    template = resources.files("lmsat.tasks").joinpath(f"{name}.yaml.in").read_text()
+    config = yaml.safe_load(template)
+    config["dataset_kwargs"]["data_files"] = {split: str(path.resolve()) for split, path in data_files.items()}
+    # datasets' Arrow cache beside the data, so it is deleted with it and never shared
+    config["dataset_kwargs"]["cache_dir"] = str((out_dir / "hf_datasets_cache").resolve())
+    path = out_dir / f"{name}.yaml"
+    header = f"# Written by lmsat.evaluation from lmsat/tasks/{name}.yaml.in; do not edit.\n"
+    path.write_text(header + yaml.safe_dump(config, sort_keys=False, allow_unicode=True))
+    return path
+
+
+def _write_jsonl(path: Path, rows: list[dict]) -> None:
+    path.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")
+
+
+def write_offline_tasks(out_dir, docs: list[str], n_docs: int, n_choices: int, seed: int) -> list[str]:
+    """Write the synthetic_ppl and synthetic_mc tasks (JSONL data + YAML) into out_dir.
+
+    docs: space-separated word documents; n_docs of them (with >= 2 words) are drawn with
+    `seed`. synthetic_ppl scores each whole document; synthetic_mc asks for its last word
+    among n_choices words, the n_choices - 1 distractors drawn by unigram frequency over
+    all of `docs` (so that a model must use the context, not word frequency, to win).
+    Returns the task names, to pass with include_path=out_dir.
+    """
+    if n_choices < 2:
+        raise ValueError(f"n_choices={n_choices}: a multiple-choice task needs at least 2 choices")
+    if n_docs < 1:
+        raise ValueError(f"n_docs={n_docs}: need at least one document")
+    words_per_doc = [doc.split() for doc in docs]
+    eligible = [i for i, words in enumerate(words_per_doc) if len(words) >= 2]
+    if len(eligible) < n_docs:
+        raise ValueError(
+            f"docs: only {len(eligible)} of {len(docs)} documents have >= 2 words, n_docs={n_docs} "
+            "requested; pass more documents or lower n_docs"
+        )
+    counts = Counter(word for words in words_per_doc for word in words)
+    vocabulary = np.array(sorted(counts))
+    if len(vocabulary) < n_choices:
+        raise ValueError(
+            f"docs: only {len(vocabulary)} distinct words, fewer than n_choices={n_choices}; lower n_choices"
+        )
+    frequency = np.array([counts[word] for word in vocabulary], dtype=np.float64)
+    position = {word: i for i, word in enumerate(vocabulary)}
+
+    rng = np.random.default_rng(seed)
+    chosen = rng.permutation(eligible)[:n_docs]
+    ppl_rows, mc_rows = [], []
+    for index in chosen:
+        words = words_per_doc[index]
+        ppl_rows.append({"text": " ".join(words)})
+        target = words[-1]
+        weights = frequency.copy()
+        weights[position[target]] = 0.0
+        distractors = rng.choice(vocabulary, size=n_choices - 1, replace=False, p=weights / weights.sum())
+        choices = [target, *distractors.tolist()]
+        order = rng.permutation(n_choices)
+        mc_rows.append(
+            {
+                "context": " ".join(words[:-1]),
+                "choices": [choices[i] for i in order],
+                "gold": int(np.flatnonzero(order == 0)[0]),
+            }
+        )
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name, rows in zip(OFFLINE_TASKS, (ppl_rows, mc_rows)):
+        data = out_dir / f"{name}.jsonl"
+        _write_jsonl(data, rows)
+        _fill_template(name, {"test": data}, out_dir)
+    return list(OFFLINE_TASKS)
+
+
+def write_storycloze_task(out_dir, data_dir) -> str:
+    """Write a storycloze_2016 task reading the manually downloaded CSVs in data_dir.
+
+    With include_path=out_dir it replaces lm-eval's storycloze_2016 (same prompt, choices
+    and metric). Raises ManualDownloadRequired if the CSVs are not in data_dir.
+    """
+    data_dir = Path(data_dir)
+    files = {split: data_dir / name for split, name in STORYCLOZE_2016_FILES.items()}
+    absent = [str(path) for path in files.values() if not path.is_file()]
+    if absent:
+        raise ManualDownloadRequired(
+            {"storycloze_2016": f"missing {absent}. " + MANUAL_DOWNLOADS["LSDSem/story_cloze"]}
+        )
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    _fill_template("storycloze_2016", files, out_dir)
+    return "storycloze_2016"
+
+
+# ---------------------------------------------------------------- running lm-eval
+
+
+def _task_manager(tasks: list[str], include_path):
+    """A TaskManager that knows `tasks`; skips indexing lm-eval's ~15k built-in YAMLs (~10 s)
+    when include_path alone defines them all."""
+    from lm_eval.tasks import TaskManager
+
+    if include_path:
+        local = TaskManager(include_path=include_path, include_defaults=False)
+        if all(task in local.all_tasks for task in tasks):
+            return local
+    return TaskManager(include_path=include_path)
+
+
+def manual_download_missing(tasks: list[str], task_manager) -> dict[str, str]:
+    """{task: what to do} for the requested tasks (or tasks of a requested tag) whose
+    manual-download data is not configured, read from task_manager's index of configs."""
+    import datasets
+    from packaging.version import Version
+
+    scripts_unsupported = Version(datasets.__version__) >= Version("4.0.0")
+    from lm_eval.tasks._index import Kind
+
+    leaves = []
+    for task in tasks:  # a tag (e.g. "storycloze") stands for its tasks; groups are not expanded
+        entry = task_manager.task_index.get(task)
+        leaves += sorted(entry.tags) if entry is not None and entry.kind == Kind.TAG else [task]
+    missing = {}
+    for task in leaves:
+        entry = task_manager.task_index.get(task)
+        config = (entry.cfg if entry is not None else None) or {}
+        how = MANUAL_DOWNLOADS.get(config.get("dataset_path"))
+        if how is None:
+            continue
+        data_dir = (config.get("dataset_kwargs") or {}).get("data_dir")
+        if not data_dir:
+            missing[task] = f"its data must be downloaded by hand and no data_dir is configured. {how}"
+        elif scripts_unsupported:
+            missing[task] = (
+                f"data_dir={data_dir!r} is set, but dataset {config['dataset_path']} is a loader script, "
+                f"which datasets {datasets.__version__} cannot run. {how}"
+            )
+    return missing
+
+
+def _check_tasks(tasks: list[str], task_manager) -> None:
+    unknown = [task for task in tasks if task not in task_manager.all_tasks]
+    if unknown:
+        raise ValueError(
+            f"tasks: unknown lm-eval task(s) {unknown}; check the names, or write their YAMLs into a "
+            "directory passed as include_path (write_offline_tasks for the synthetic ones)"
+        )
+    missing = manual_download_missing(tasks, task_manager)
+    if missing:
+        raise ManualDownloadRequired(missing)
+    for task in tasks:
+        entry = task_manager.task_index[task]
+        data_files = ((entry.cfg or {}).get("dataset_kwargs") or {}).get("data_files") or {}
+        paths = data_files.values() if isinstance(data_files, dict) else [data_files]
+        for path in paths:
+            if isinstance(path, str) and os.path.isabs(path) and not os.path.exists(path):
+                raise ValueError(f"task {task} ({entry.yaml_path}): data file {path} does not exist; rewrite the task")
+
+
+def _load_model_and_tokenizer(model_name_or_path, revision, tokenizer, *, cache_dir, local_files_only, dtype, device):
+    import torch
+    import transformers
+    from packaging.version import Version
+
+    hub = dict(cache_dir=cache_dir, local_files_only=local_files_only)
+    if isinstance(model_name_or_path, (str, os.PathLike)):
+        dtype_key = "dtype" if Version(transformers.__version__) >= Version("4.56") else "torch_dtype"
+        torch_dtype = dtype if (dtype == "auto" or isinstance(dtype, torch.dtype)) else getattr(torch, dtype)
+        try:
+            model = transformers.AutoModelForCausalLM.from_pretrained(
+                str(model_name_or_path), revision=revision, **{dtype_key: torch_dtype}, **hub
+            )
+        except (OSError, ValueError) as error:
+            raise ValueError(
+                f"cannot load model {str(model_name_or_path)!r} at revision {revision!r} "
+                f"(cache_dir={cache_dir}, local_files_only={local_files_only}): {error}"
+            ) from error
+        model = model.to(device)
+    else:
+        model = model_name_or_path  # an already built model (e.g. with a swapped head), used as is
+    if tokenizer is None or isinstance(tokenizer, (str, os.PathLike)):
+        if tokenizer is None and not isinstance(model_name_or_path, (str, os.PathLike)):
+            raise ValueError("tokenizer: required when model_name_or_path is a model object")
+        source = str(model_name_or_path if tokenizer is None else tokenizer)
+        # the model's revision applies only to a tokenizer stored with the model
+        kwargs = dict(hub, revision=revision) if tokenizer is None else hub
+        try:
+            tokenizer = transformers.AutoTokenizer.from_pretrained(source, **kwargs)
+        except (OSError, ValueError) as error:
+            raise ValueError(f"cannot load tokenizer {source!r}: {error}") from error
+    return model.eval(), tokenizer
+
+
+def run_lmeval(
+    model_name_or_path,
+    revision: str,
+    tasks,
+    *,
+    batch_size: int | str,
+    limit: int | float | None,
+    device: str,
+    dtype: str = "float32",
+    cache_dir: str | None = None,
+    local_files_only: bool = False,
+    include_path=None,
+    num_fewshot: int = 0,
+    tokenizer=None,
+    bootstrap_iters: int = 100_000,
+) -> dict:
+    """Evaluate one checkpoint on lm-eval `tasks`; returns lm-eval's results as a JSON-able dict.
+
+    model_name_or_path: hub id or local directory (loaded at `revision`, honouring
+    cache_dir and local_files_only), or a model object (then `tokenizer` is required).
+    tokenizer: None (the model's, same revision), a path/hub id, or a tokenizer object.
+    include_path: directory or list of directories with extra task YAMLs.
+    limit: documents per task (int) or fraction (float); None = all.
+    bootstrap_iters: lm-eval's resamples for the stderr of perplexity-type metrics.
+    The dict holds lm-eval's "results", "versions", "n-shot", "higher_is_better",
+    "n-samples", "configs" and "config" (no per-sample logs), plus "lmsat" (the request).
+    Raises ManualDownloadRequired (before loading the model) for tasks such as
+    storycloze_2016 whose data must be downloaded by hand.
+    """
+    import lm_eval
+    from lm_eval.models.huggingface import HFLM
+    from lm_eval.utils import handle_non_serializable
+
+    tasks = [tasks] if isinstance(tasks, str) else list(tasks)
+    if not tasks:
+        raise ValueError("tasks: empty; name at least one lm-eval task")
+    task_manager = _task_manager(tasks, include_path)
+    _check_tasks(tasks, task_manager)
+
+    # Loaded here, not by HFLM(pretrained=<name>): HFLM forwards cache_dir/local_files_only to
+    # the model only, not to its AutoConfig/AutoTokenizer calls, so a private hub cache (the
+    # toy suite's) would be missed. HFLM gets the objects; lm-eval still computes everything.
+    model, tokenizer = _load_model_and_tokenizer(
+        model_name_or_path, revision, tokenizer,
+        cache_dir=cache_dir, local_files_only=local_files_only, dtype=dtype, device=device,
+    )
+    lm = HFLM(pretrained=model, tokenizer=tokenizer, revision=revision, batch_size=batch_size)
+    results = lm_eval.simple_evaluate(
+        model=lm,
+        tasks=tasks,
+        num_fewshot=num_fewshot,
+        batch_size=batch_size,
+        device=device,
+        limit=limit,
+        bootstrap_iters=bootstrap_iters,
+        task_manager=task_manager,
+        log_samples=False,
+    )
+    results.pop("samples", None)
+    results["lmsat"] = {
+        "model": str(model_name_or_path) if isinstance(model_name_or_path, (str, os.PathLike)) else type(model).__name__,
+        "revision": revision,
+        "tasks": tasks,
+        "limit": limit,
+        "num_fewshot": num_fewshot,
+        "dtype": str(dtype),
+        "device": device,
+    }
+    # dtypes, numpy scalars and sets become JSON types (the caller caches this as JSON)
+    return json.loads(json.dumps(results, default=handle_non_serializable))
+
+
+# ---------------------------------------------------------------- Table 1
+
+
+def metric_value(results: dict, spec: MetricSpec) -> float:
+    """The value of spec's metric in a run_lmeval dict, scaled for the table; nan if absent."""
+    value = results.get("results", {}).get(spec.task, {}).get(f"{spec.metric},{spec.filter}")
+    return float(value) * spec.scale if isinstance(value, (int, float)) else math.nan
+
+
+def make_table1(records, tasks=TABLE1_TASKS) -> pd.DataFrame:
+    """Table 1: one row per (model, checkpoint kind), one column per metric of `tasks`.
+
+    records: iterable of {"model": str, "checkpoint": "best" | "final" | ..., "results":
+    run_lmeval dict}; records of the same model and checkpoint are merged (one JSON per
+    task is fine). Tasks missing from a record (e.g. a skipped storycloze_2016) are nan.
+    Headers carry the direction, e.g. "Lambada (ppl.) ↓"; accuracies are in %.
+    """
+    unknown = [task for task in tasks if task not in METRICS]
+    if unknown:
+        raise ValueError(f"tasks: no metric registered for {unknown}; add them to lmsat.evaluation.METRICS")
+    specs = [spec for task in tasks for spec in METRICS[task]]
+    rows: dict[tuple[str, str], dict[str, float]] = {}
+    for record in records:
+        missing = [key for key in ("model", "checkpoint", "results") if key not in record]
+        if missing:
+            raise ValueError(f"records: a record lacks {missing}; expected keys model, checkpoint, results")
+        row = rows.setdefault((record["model"], record["checkpoint"]), {spec.header: math.nan for spec in specs})
+        for spec in specs:
+            value = metric_value(record["results"], spec)
+            if not math.isnan(value):
+                row[spec.header] = value
+    models = list(dict.fromkeys(model for model, _ in rows))
+    rank = {kind: i for i, kind in enumerate(CHECKPOINT_ORDER)}
+    keys = sorted(rows, key=lambda key: (models.index(key[0]), rank.get(key[1], len(rank)), key[1]))
+    index = pd.MultiIndex.from_tuples(keys, names=["model", "checkpoint"])
+    table = pd.DataFrame([rows[key] for key in keys], index=index, columns=[spec.header for spec in specs])
+    table.attrs["decimals"] = {spec.header: spec.decimals for spec in specs}
+    return table
+
+
+def _formatted(table: pd.DataFrame) -> list[list[str]]:
+    decimals = table.attrs.get("decimals", {})
+    cells = []
+    for key, values in zip(table.index, table.itertuples(index=False)):
+        key = key if isinstance(key, tuple) else (key,)
+        numbers = [
+            "–" if math.isnan(value) else f"{value:.{decimals.get(column, 2)}f}"
+            for column, value in zip(table.columns, values)
+        ]
+        cells.append([str(part) for part in key] + numbers)
+    return cells
+
+
+def table_to_markdown(table: pd.DataFrame) -> str:
+    """GitHub Markdown; missing values shown as –."""
+    header = [str(name) for name in table.index.names] + [str(column) for column in table.columns]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] * len(table.index.names) + ["---:"] * len(table.columns)) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in _formatted(table)]
+    return "\n".join(lines) + "\n"
+
+
+def _latex_escape(text: str) -> str:
+    for char, replacement in (("\\", r"\textbackslash{}"), ("&", r"\&"), ("%", r"\%"), ("_", r"\_"), ("#", r"\#")):
+        text = text.replace(char, replacement)
+    return text.replace("↑", r"$\uparrow$").replace("↓", r"$\downarrow$").replace("–", "--")
+
+
+def table_to_latex(table: pd.DataFrame) -> str:
+    """A booktabs tabular (needs \\usepackage{booktabs}); arrows as $\\uparrow$/$\\downarrow$."""
+    n_keys = len(table.index.names)
+    header = [str(name).capitalize() for name in table.index.names] + [str(column) for column in table.columns]
+    lines = [
+        r"\begin{tabular}{" + "l" * n_keys + "r" * len(table.columns) + "}",
+        r"\toprule",
+        " & ".join(_latex_escape(cell) for cell in header) + r" \\",
+        r"\midrule",
+    ]
+    lines += [" & ".join(_latex_escape(cell) for cell in row) + r" \\" for row in _formatted(table)]
+    lines += [r"\bottomrule", r"\end{tabular}"]
+    return "\n".join(lines) + "\n"
+
+
+def write_table(table: pd.DataFrame, path) -> None:
+    """Write `table` as CSV (full precision), Markdown or LaTeX, chosen by the suffix of path."""
+    path = Path(path)
+    writers = {
+        ".csv": lambda: table.to_csv(path),
+        ".md": lambda: path.write_text(table_to_markdown(table), encoding="utf-8"),
+        ".tex": lambda: path.write_text(table_to_latex(table), encoding="utf-8"),
+    }
+    if path.suffix not in writers:
+        raise ValueError(f"path {path}: unknown table format {path.suffix!r}; use .csv, .md or .tex")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    writers[path.suffix]()
