@@ -20,7 +20,7 @@ def main(snakemake):
         hidden_size=model.hidden_size, num_layers=cfg["num_layers"], seq_len=cfg["seq_len"], vocab_size=len(tokenizer)
     )
     train_spec = toy.TrainSpec(
-        max_steps=cfg["max_steps"], batch_size=cfg["batch_size"], lr=cfg["learning_rate"], seed=params.seed
+        max_steps=cfg["max_steps"], batch_size=cfg["batch_size"], lr=cfg["learning_rate"] or None, seed=params.seed
     )
     steps = dict(zip(model.steps, model.revisions))
 
