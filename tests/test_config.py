@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 
 import pytest
 import yaml
@@ -138,11 +137,8 @@ def test_bad_config_fails_before_any_job(tmp_path, default_config):
 
 
 def test_pythia_plan_is_offline_and_complete():
-    started = time.perf_counter()
     result = _snakemake("-n", "--configfile", "config/pythia.yaml", "-q", "rules")
-    elapsed = time.perf_counter() - started
     assert result.returncode == 0, result.stderr[-2000:]
     counts = dict(line.split()[:2] for line in result.stdout.splitlines() if line.strip() and line.split()[-1].isdigit() and len(line.split()) == 2)
     assert counts["extract_hidden_states"] == str(10 * 154)
     assert "train_toy_model" not in counts  # --configfile replaces the toy default
-    assert elapsed < 60  # the acceptance target is 30 s on an idle machine: benchmarks/dag.py

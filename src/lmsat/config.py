@@ -11,6 +11,8 @@ nothing here touches the network.
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,6 +90,11 @@ class Plan:
     def sample_path(self, tokenizer: str) -> str:
         corpus = self.config["sample"]["corpus"]
         return f"results/samples/{corpus}/{tokenizer}.h5"
+
+
+def config_sha256(config: dict) -> str:
+    """SHA-256 of the validated config (defaults filled), independent of key order."""
+    return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def load_yaml(path: str | Path) -> dict:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from lmsat.io import library_versions
+
 LOSS_COLUMNS = ["suite", "model", "revision", "step", "tokens", "loss", "loss_sem", "is_best", "is_final"]
 
 
@@ -21,3 +23,12 @@ def loss_table(records: list[dict]) -> pd.DataFrame:
     table["is_best"] = table.index.isin(best.values)
     table["is_final"] = table.index.isin(final.values)
     return table[LOSS_COLUMNS]
+
+
+def with_provenance(table: pd.DataFrame, config_sha256: str) -> pd.DataFrame:
+    """`table` with the config hash and library versions that made it, as constant columns."""
+    table = table.copy()
+    table["config_sha256"] = config_sha256
+    for name, version in library_versions().items():
+        table[f"{name}_version"] = version
+    return table

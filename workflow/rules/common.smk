@@ -3,7 +3,7 @@ import re
 from dataclasses import asdict
 from pathlib import Path
 
-from lmsat.config import load_plan
+from lmsat.config import config_sha256, load_plan
 from lmsat.corpus import corpus_inputs
 from lmsat.metrics import METRICS
 from snakemake.common.configfile import load_configfile
@@ -24,6 +24,8 @@ PLAN = load_plan(
     config, Path(workflow.current_basedir).parent / "schemas" / "config.schema.yaml"
 )
 CONFIG = PLAN.config
+# Recorded in every aggregated table, so a table names the config that made it.
+CONFIG_SHA256 = config_sha256(CONFIG)
 MODELS = PLAN.models
 TOY_LANGUAGE = "results/toy/language.h5"
 TOY_TOKENIZER = "results/toy/tokenizer/tokenizer.json"

@@ -15,6 +15,8 @@ rule tabulate_loss:
         "logs/tabulate_loss.log",
     conda:
         "../../envs/lmsat.yaml"
+    params:
+        config_sha256=CONFIG_SHA256,
     script:
         "../scripts/tabulate_loss.py"
 

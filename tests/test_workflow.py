@@ -1,0 +1,83 @@
+"""End to end: the default config (embedded toy suite) through Snakemake, in a temp directory.
+
+One run of the whole default pipeline (a few minutes on 2 CPUs), then assertions on the
+files and numbers it produced, and a second dry run that must find nothing to do.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import h5py
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import ROOT
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def default_run(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("default_run")
+    started = time.perf_counter()
+    result = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory", str(workdir),
+         "--configfile", str(ROOT / "config" / "config.yaml"), "--cores", "2"],
+        capture_output=True, text=True, timeout=1800, env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"},
+    )
+    elapsed = time.perf_counter() - started
+    assert result.returncode == 0, result.stderr[-5000:]
+    print(f"default pipeline: {elapsed:.0f} s")
+    return workdir, elapsed
+
+
+def test_loss_table_and_figure(default_run):
+    workdir, elapsed = default_run
+    table = pd.read_csv(workdir / "results/tables/loss.csv")
+    assert list(table.columns[:9]) == ["suite", "model", "revision", "step", "tokens", "loss", "loss_sem", "is_best", "is_final"]
+    assert set(table["model"]) == {"toy-d16", "toy-d32", "toy-d64", "toy-d128"}
+    assert len(table) == 4 * 13
+    assert (table.groupby("model")["is_best"].sum() == 1).all() and (table.groupby("model")["is_final"].sum() == 1).all()
+    for name in ("fig1a_loss.png", "fig1a_loss.pdf"):
+        assert (workdir / "results/figures" / name).stat().st_size > 10_000
+
+
+def test_toy_losses_fall_order_by_width_and_stay_above_the_entropy_rate(default_run):
+    workdir, _ = default_run
+    table = pd.read_csv(workdir / "results/tables/loss.csv")
+    with h5py.File(workdir / "results/toy/language.h5") as f:
+        entropy_rate = float(f.attrs["entropy_rate"])
+    final = {}
+    for model, rows in table.groupby("model"):
+        rows = rows.sort_values("step")
+        assert rows["loss"].iloc[-1] < rows["loss"].iloc[0] - 1.0, model  # training helped
+        assert rows["loss"].min() > entropy_rate, model
+        final[model] = rows["loss"].iloc[-1]
+    assert final["toy-d16"] > final["toy-d32"] > final["toy-d64"] > final["toy-d128"]
+
+
+def test_cache_files_are_complete_and_consistent(default_run):
+    workdir, _ = default_run
+    with h5py.File(workdir / "results/samples/synthetic/toy.h5") as f:
+        sha = f.attrs["sha256"]
+        n_seq, seq_len = f["tokens"].shape
+    with h5py.File(workdir / "results/cache/toy-d64/step1000.h5") as f:
+        assert f.attrs["complete"] and f.attrs["sample_sha256"] == sha and f.attrs["revision"] == "step1000"
+        assert f["hidden"].shape == (n_seq * seq_len, 64) and f["loss"].shape == (n_seq, seq_len - 1)
+        assert np.isfinite(f["loss"][...]).all()
+    assert not list((workdir / "results/cache").rglob("*.parts"))
+
+
+def test_rerun_has_nothing_left_to_do(default_run):
+    workdir, _ = default_run
+    dry = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory", str(workdir),
+         "--configfile", str(ROOT / "config" / "config.yaml"), "-n"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert dry.returncode == 0 and "Nothing to be done" in dry.stdout + dry.stderr
