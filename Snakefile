@@ -17,6 +17,16 @@ include: "workflow/rules/samples.smk"
 include: "workflow/rules/cache.smk"
 include: "workflow/rules/metrics.smk"
 include: "workflow/rules/loss.smk"
+include: "workflow/rules/anisotropy.smk"
+include: "workflow/rules/weights.smk"
+include: "workflow/rules/spectra.smk"
+include: "workflow/rules/attention.smk"
+include: "workflow/rules/saturation_common.smk"
+include: "workflow/rules/evaluation.smk"
+include: "workflow/rules/scaling.smk"
+include: "workflow/rules/bottleneck_common.smk"
+include: "workflow/rules/ngrams.smk"
+include: "workflow/rules/bottleneck.smk"
 
 
 rule all:

@@ -162,10 +162,19 @@ def _revisions(spec: dict, model: dict, suite: dict, config: dict, key: str):
         names = list(spec["list"])
         if not names:
             raise ConfigError(f"{key}.revisions.list", "no revisions", "list revision names or set `schedule`")
-        try:
-            steps = [schedules.parse_step(name, spec["step_regex"]) for name in names]
-        except ValueError as error:
-            raise ConfigError(f"{key}.revisions.step_regex", str(error)) from None
+        if spec["steps"]:  # names without a step in them, e.g. `main`
+            if len(spec["steps"]) != len(names):
+                raise ConfigError(
+                    f"{key}.revisions.steps",
+                    f"{len(spec['steps'])} steps for {len(names)} revisions",
+                    "give one step per revision of `list`, in the same order",
+                )
+            steps = list(spec["steps"])
+        else:
+            try:
+                steps = [schedules.parse_step(name, spec["step_regex"]) for name in names]
+            except ValueError as error:
+                raise ConfigError(f"{key}.revisions.step_regex", f"{error}, or list their steps in `steps`") from None
     if len(set(names)) != len(names):
         raise ConfigError(f"{key}.revisions", "duplicate revision names", "list each revision once")
     order = sorted(range(len(names)), key=lambda i: steps[i])

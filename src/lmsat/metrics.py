@@ -50,3 +50,39 @@ def loss(cache) -> dict:
     if not np.isfinite(values).all():
         raise CacheError(f"{cache.filename}: per-token losses contain NaN/Inf; delete the cache and rerun")
     return {"loss": float(values.mean()), "loss_sem": float(values.std() / np.sqrt(values.size)), "n_tokens": int(values.size)}
+
+
+@register(
+    "anisotropy",
+    source="cache",
+    higher_is_better=None,
+    description="mean pairwise cosine of the representations of every layer (sampled tokens) and of the last layer (all tokens)",
+)
+def anisotropy(cache) -> dict:
+    """A(H) per layer from `layers` (k sampled tokens) and exactly for the last layer.
+
+    `anisotropy_layers[i]` is hidden_states[i] (0 = embeddings, n_layers = the last layer,
+    post final norm) over the k tokens of the layer subsample; `anisotropy_last` streams
+    every row of `hidden` (the same last layer, all n_seq x seq_len tokens) in float64.
+    """
+    from lmsat.anisotropy import MeanCosineAccumulator, mean_pairwise_cosine
+    from lmsat.cache import CacheError, iter_rows
+
+    layers = cache["layers"]  # (n_layers + 1, k, d)
+    per_layer = []
+    for i in range(layers.shape[0]):
+        rows = np.asarray(layers[i], dtype=np.float64)  # (k, d)
+        if not np.isfinite(rows).all():
+            raise CacheError(f"{cache.filename}:layers[{i}] has NaN/Inf; delete the cache and rerun")
+        per_layer.append(mean_pairwise_cosine(rows))
+    hidden = cache["hidden"]  # (n_tokens, d)
+    last = MeanCosineAccumulator()
+    for block in iter_rows(hidden, rows=max(1, 2**23 // hidden.shape[1])):  # (m, d) float64, 64 MiB
+        last.update(block)
+    return {
+        "anisotropy_layers": per_layer,
+        "anisotropy_last": last.value,
+        "n_layers": layers.shape[0] - 1,
+        "layer_sample": layers.shape[1],
+        "n_tokens": last.n,
+    }

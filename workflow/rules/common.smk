@@ -107,8 +107,23 @@ def synthetic_reference():
 
 
 def final_outputs():
-    return [
-        "results/tables/loss.csv",
-        "results/figures/fig1a_loss.png",
-        "results/figures/fig1a_loss.pdf",
-    ]
+    return (
+        [
+            "results/tables/loss.csv",
+            "results/figures/fig1a_loss.png",
+            "results/figures/fig1a_loss.pdf",
+            "results/figures/fig2_anisotropy_depth.png",
+            "results/figures/fig2_anisotropy_depth.pdf",
+            "results/figures/fig3_anisotropy_training.png",
+            "results/figures/fig3_anisotropy_training.pdf",
+            "results/figures/fig4_head_spectra.png",
+            "results/figures/fig4_head_spectra.pdf",
+            "results/figures/fig5_singular_entropy.png",
+            "results/figures/fig5_singular_entropy.pdf",
+            "results/figures/attention_lowrank.png",
+            "results/figures/attention_lowrank.pdf",
+            "results/tables/identical_heads.csv",
+        ]
+        + bottleneck_outputs()
+        + ngram_outputs()
+    )

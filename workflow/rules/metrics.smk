@@ -8,6 +8,8 @@ rule compute_checkpoint_metric:
         "results/metrics/{metric}/{model}/{revision}.json",
     log:
         "logs/compute_checkpoint_metric/{metric}/{model}/{revision}.log",
+    group:
+        "checkpoint_metrics"  # seconds each: batched into SLURM jobs (profiles/slurm)
     conda:
         "../../envs/lmsat.yaml"
     resources:

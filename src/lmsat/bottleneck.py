@@ -1,0 +1,230 @@
+"""The rank-constrained head experiment, workflow side (Godey et al. 2024, 5.1, App. B).
+
+What the rules of `workflow/rules/bottleneck.smk` and `ngrams.smk` need besides
+`lmsat.heads` and `lmsat.ngram_werror`: the config checks of both sections, the rank
+sweep and learning-rate grid of each model, the training config of one (model, r, lr) job
+and the path of its resumable state, and the tables behind Figs. 6 and 8 (best learning
+rate per (model, r) by eval loss, the model's own head as the reference row, the W-error
+of that head at each r, and where the loss starts to rise).
+
+    ranks = head_ranks(config["bottleneck"], d)           # [1, 4, 16, d]
+    rates = learning_rates(config["bottleneck"])           # {"0.001": 0.001, ...}
+    heads, search = heads_tables(runs, manifests, spectra, tolerance=0.01)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+
+from lmsat.config import ConfigError
+
+# Snakemake imports this module to plan the DAG: torch, pandas and scipy are imported only
+# inside the functions that jobs call.
+
+HEAD_COLUMNS = [
+    "model", "revision", "hidden_size", "vocab_size", "kind", "rank", "peak_lr", "eval_loss", "eval_acc",
+    "n_eval_tokens", "loss_gap", "reference_loss_sem", "w_error", "risen", "rise_point",
+]
+SEARCH_COLUMNS = ["model", "rank", "peak_lr", "eval_loss", "eval_acc", "train_loss", "chosen"]
+
+
+def head_ranks(bottleneck: dict, hidden_size: int) -> list[int]:
+    """Ranks swept for a model of width d: `ranks`, plus d itself with `full_rank`."""
+    ranks = set(bottleneck["ranks"])
+    if bottleneck["full_rank"]:
+        ranks.add(hidden_size)
+    return sorted(ranks)
+
+
+def lr_label(lr: float) -> str:
+    """Path form of a learning rate (3 significant digits: 0.001, 0.0158, 0.05)."""
+    return f"{lr:.3g}"
+
+
+def learning_rates(bottleneck: dict) -> dict[str, float]:
+    """Label -> peak learning rate of the grid, log-spaced over [lr_min, lr_max].
+
+    The grid of `lmsat.heads.lr_grid` (tested equal), without importing torch at DAG time.
+    """
+    grid = np.geomspace(bottleneck["lr_min"], bottleneck["lr_max"], bottleneck["lr_count"])
+    return {lr_label(lr): float(lr) for lr in grid}
+
+
+def set_corpora(config: dict) -> dict[str, str]:
+    """Corpus of the train and eval token sets ('' in the config = the eval sample's corpus)."""
+    bottleneck, default = config["bottleneck"], config["sample"]["corpus"]
+    return {name: bottleneck[f"{name}_corpus"] or default for name in ("train", "eval")}
+
+
+def check_config(config: dict, models: dict) -> None:
+    """ConfigError, naming the key, for what the schema cannot check."""
+    from lmsat.headcache import n_windows, windows_per_shard
+
+    bottleneck = config["bottleneck"]
+    if not bottleneck["models"]:
+        return
+    if not bottleneck["ranks"] and not bottleneck["full_rank"]:
+        raise ConfigError("bottleneck.ranks", "no ranks to sweep", "list ranks r <= d or set full_rank: true")
+    if bottleneck["lr_min"] > bottleneck["lr_max"]:
+        raise ConfigError("bottleneck.lr_min", f"{bottleneck['lr_min']} > lr_max={bottleneck['lr_max']}", "swap them")
+    if len(learning_rates(bottleneck)) != bottleneck["lr_count"]:
+        raise ConfigError("bottleneck.lr_count", "grid values coincide at 3 significant digits", "widen [lr_min, lr_max] or lower lr_count")
+    for name, corpus in set_corpora(config).items():
+        if corpus not in config["corpora"]:
+            raise ConfigError(
+                f"bottleneck.{name}_corpus", f"corpus {corpus!r} is not defined",
+                f"use one of: {', '.join(config['corpora']) or 'none'}, or '' for sample.corpus",
+            )
+    seq_len = config["sample"]["seq_len"]
+    per_shard = windows_per_shard(bottleneck["shard_tokens"], seq_len)
+    positions = min(per_shard, n_windows(bottleneck["train_tokens"], seq_len)) * (seq_len - 1)
+    if bottleneck["seq_len"] > positions:
+        raise ConfigError(
+            "bottleneck.seq_len", f"{bottleneck['seq_len']} positions per training sequence, but a train shard holds "
+            f"{positions} (windows of sample.seq_len={seq_len} give {seq_len - 1} each)",
+            "lower bottleneck.seq_len or raise bottleneck.shard_tokens / train_tokens",
+        )
+
+
+def check_ngram_config(config: dict, tokenizers: list[str], corpora: list[str]) -> None:
+    """ConfigError for the n-gram keys the schema cannot check (cross-references, orders)."""
+    ngrams = config["ngrams"]
+    for key, names, defined in (("corpora", corpora, config["corpora"]), ("tokenizers", tokenizers, config["tokenizers"])):
+        for i, name in enumerate(names):
+            if name not in defined:
+                raise ConfigError(f"ngrams.{key}[{i}]", f"{name!r} is not defined", f"use one of: {', '.join(defined) or 'none'}")
+    language = ngrams["ground_truth"]["language"]  # the schema keeps its order <= 2
+    if ngrams["ground_truth"]["sample_sizes"] and ngrams["order"] - 1 < language["order"]:
+        raise ConfigError(
+            "ngrams.order", f"{ngrams['order']}-gram contexts do not determine the next token of the "
+            f"order-{language['order']} ground-truth language", f"use ngrams.order >= {language['order'] + 1}",
+        )
+
+
+TRAIN_KEYS = ("batch_sequences", "seq_len", "steps", "eval_every", "save_every", "chunk_tokens", "init")
+
+
+def train_settings(bottleneck: dict) -> dict:
+    """The bottleneck keys that shape a head's training (a rule's params: only these re-run it)."""
+    return {key: bottleneck[key] for key in TRAIN_KEYS}
+
+
+def train_config(settings: dict, peak_lr: float, seed: int, device: str = "cpu"):
+    """The HeadTrainConfig of one (model, r, lr) job; the rest is Pythia's recipe (App. B)."""
+    from lmsat.heads import HeadTrainConfig
+
+    return HeadTrainConfig(
+        peak_lr=peak_lr,
+        batch_size=settings["batch_sequences"],
+        seq_len=settings["seq_len"],
+        n_steps=settings["steps"],
+        eval_every=settings["eval_every"],
+        save_every=settings["save_every"],
+        chunk_tokens=settings["chunk_tokens"],
+        init=settings["init"],
+        seed=seed,
+        device=device,
+    )
+
+
+def state_file(directory, hidden_size: int, vocab_size: int, rank: int, cfg) -> Path:
+    """Resumable-state path of a run, named by a hash of everything that shapes it.
+
+    A changed config gets a new name, so `train_head` never meets a foreign state file;
+    `stale_states` lists the leftovers of other configs in the same directory.
+    """
+    run = {k: v for k, v in asdict(cfg).items() if k != "device"}
+    key = json.dumps(dict(d=hidden_size, vocab_size=vocab_size, rank=rank, cfg=run), sort_keys=True, default=list)
+    return Path(directory) / f"{hashlib.sha256(key.encode()).hexdigest()[:16]}.pt"
+
+
+def stale_states(path: Path) -> list[Path]:
+    return [p for p in path.parent.glob("*.pt") if p.name != path.name]
+
+
+def _own_head_werror(singular_values, ranks) -> dict[int, float]:
+    """W-error(r) = ||sigma_{r+1:}||_2 / ||W||_F of the model's own head at each r."""
+    from lmsat.werror import w_error_curve
+
+    _, werror = w_error_curve(singular_values)
+    return {r: float(werror[min(r, len(werror) - 1)]) for r in ranks}
+
+
+def heads_tables(runs: list[dict], manifests: dict, spectra: dict, tolerance: float):
+    """(heads, lr_search) tables from the runs of every (model, r, lr).
+
+    runs: dicts with model, rank, peak_lr, eval_loss, eval_acc, train_loss; manifests: model
+    -> cache manifest (revision, hidden_size, vocab_size, reference); spectra: model -> the
+    singular values of its own head. Per (model, r) the run with the lowest eval loss is
+    chosen (the paper's per-r learning-rate search). A rank has `risen` when its loss
+    exceeds the reference head's by more than `tolerance` x that loss; the `rise_point` is
+    the largest such rank, i.e. the smallest W-error at which the loss has risen.
+    Returns two pandas DataFrames.
+    """
+    import pandas as pd
+
+    search = pd.DataFrame(runs, columns=[c for c in SEARCH_COLUMNS if c != "chosen"])
+    if search.empty:
+        raise ValueError("heads_tables: no runs; the bottleneck rules produced nothing to tabulate")
+    best = search.loc[search.groupby(["model", "rank"])["eval_loss"].idxmin()]
+    search["chosen"] = search.index.isin(best.index)
+    rows = []
+    for model, manifest in manifests.items():
+        reference = manifest["reference"]
+        chosen = best[best["model"] == model].sort_values("rank")
+        if chosen.empty:
+            raise ValueError(f"heads_tables: no runs of model {model}")
+        werror = _own_head_werror(spectra[model], list(chosen["rank"]) + [manifest["hidden_size"]])
+        common = dict(
+            model=model, revision=manifest["revision"], hidden_size=manifest["hidden_size"],
+            vocab_size=manifest["vocab_size"], n_eval_tokens=reference["n_tokens"],
+            reference_loss_sem=reference["loss_sem"],
+        )
+        for run in chosen.itertuples():
+            gap = run.eval_loss - reference["eval_loss"]
+            rows.append(dict(
+                common, kind="low_rank", rank=int(run.rank), peak_lr=run.peak_lr, eval_loss=run.eval_loss,
+                eval_acc=run.eval_acc, loss_gap=gap, w_error=werror[run.rank],
+                risen=bool(gap > tolerance * reference["eval_loss"]),
+            ))
+        rows.append(dict(
+            common, kind="full_head", rank=manifest["hidden_size"], peak_lr=math.nan,
+            eval_loss=reference["eval_loss"], eval_acc=reference["eval_acc"], loss_gap=0.0,
+            w_error=werror[manifest["hidden_size"]], risen=False,
+        ))
+    heads = pd.DataFrame(rows)
+    heads["rise_point"] = False
+    for model, group in heads[heads["kind"] == "low_rank"].groupby("model", sort=False):
+        risen = group[group["risen"]]
+        if not risen.empty:
+            heads.loc[risen["rank"].idxmax(), "rise_point"] = True
+    return heads[HEAD_COLUMNS], search[SEARCH_COLUMNS].sort_values(["model", "rank", "peak_lr"])
+
+
+def monotone_violations(heads, slack: float) -> list[tuple[str, int, int]]:
+    """(model, r, r') pairs with r < r' whose chosen loss at r' exceeds the one at r by > slack."""
+    bad = []
+    for model, group in heads[heads["kind"] == "low_rank"].groupby("model"):
+        group = group.sort_values("rank")
+        losses, ranks = group["eval_loss"].to_numpy(), group["rank"].to_numpy()
+        for i in range(len(ranks)):
+            for j in range(i + 1, len(ranks)):
+                if losses[j] > losses[i] + slack:
+                    bad.append((model, int(ranks[i]), int(ranks[j])))
+    return bad
+
+
+def entropy_rate_of(language_path) -> float | None:
+    """The synthetic language's entropy rate, or None without a language file."""
+    if not language_path:
+        return None
+    from lmsat.synthetic import load_language
+
+    return float(load_language(language_path).entropy_rate)
+

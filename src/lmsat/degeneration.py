@@ -1,0 +1,372 @@
+"""Representation degeneration along training: per-checkpoint weight files and tidy tables.
+
+One job per checkpoint loads the model once and writes two HDF5 files (Godey et al. 4.2,
+and Kobayashi et al. for the attention products):
+
+    results/spectra/{model}/{revision}.h5
+        singular_values  (min(n_valid_rows, d),) float64, descending (the LM head's)
+        attrs            suite, model, revision, step, tokens, n_rows (head rows, padding
+                         included), n_valid_rows (rows kept for the SVD), tokenizer_size,
+                         hidden_size, head_sha256 (raw bytes of the whole head), head_dtype,
+                         versions (JSON), format_version
+    results/attention/{model}/{revision}.h5
+        {qk,vo}/singular_values  (n_layers, n_heads, d_head) float64, descending per head
+        {qk,vo}/{effective_rank,stable_rank,nuclear_norm,nuclear_ratio,balance_gap}
+                                 (n_layers, n_heads) float64
+        attrs            suite, model, revision, step, tokens, n_layers, n_heads,
+                         n_kv_heads, d_head, hidden_size, versions, format_version
+
+The aggregation side (no torch) turns these files and the anisotropy metric records into
+the tidy tables behind Figs. 2-5 and the attention figure:
+
+    layers, training = anisotropy_tables(records, loss)        # Figs. 2 and 3
+    spectra, entropy, identical = spectra_tables(paths)        # Figs. 4 and 5, sanity table
+    attention = attention_table(paths, identical)              # attention figure
+
+Checkpoint sanity: revisions of one model whose heads hash to the same sha256 are
+bit-identical (EleutherAI/pythia issue #205: 86 of 154 pythia-2.8b branches serve
+final-era weights); every member of such a group is flagged `identical_head` in the tables
+and listed in the identical-heads table, so figures can draw them apart.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pandas as pd
+
+from lmsat.io import atomic_path, library_versions
+from lmsat.spectra import effective_rank, identical_heads, singular_entropy, stable_rank
+
+log = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+ATTENTION_KINDS = ("qk", "vo")
+ATTENTION_SCALARS = ("effective_rank", "stable_rank", "nuclear_norm", "nuclear_ratio", "balance_gap")
+RECORD_KEYS = ("suite", "model", "revision", "step", "tokens")  # identify a checkpoint in every table
+
+
+class WeightsFileError(ValueError):
+    """A spectra/attention file that is unreadable, incomplete or of another format."""
+
+
+def check_config(config: dict) -> None:
+    """Cross-references of the `figures` config (ConfigError naming the key and the fix)."""
+    from lmsat.config import ConfigError
+
+    for i, suite in enumerate(config["figures"]["anisotropy_suites"]):
+        if suite not in config["suites"]:
+            raise ConfigError(
+                f"figures.anisotropy_suites[{i}]",
+                f"unknown suite {suite!r}",
+                f"use one of: {', '.join(config['suites'])}, or add the suite under `suites`",
+            )
+
+
+# --- per-checkpoint analysis (torch is imported only here) -------------------------------
+
+
+def valid_head_rows(n_rows: int, tokenizer_size: int | None, drop_padding_rows: bool, tokenizer: str = "") -> int:
+    """Rows of the head that enter the SVD: the first `tokenizer_size` ones, or all of them.
+
+    Rows past the tokenizer's size are vocabulary padding (Pythia: 50304 rows for 50277
+    tokens; the toy suite pads V + 2 to a multiple of 8): never a target, so not part of the
+    vocabulary's geometry. A tokenizer larger than the head is a config mismatch.
+    """
+    if not drop_padding_rows or tokenizer_size is None:
+        return n_rows
+    if tokenizer_size > n_rows:
+        raise ValueError(
+            f"tokenizer {tokenizer!r} has {tokenizer_size} entries but the LM head only {n_rows} rows: "
+            "the model's `tokenizer` in the config is not its own; fix it, or set "
+            "spectra.drop_padding_rows: false to keep every head row"
+        )
+    return tokenizer_size
+
+
+def head_spectrum(model, tokenizer_size: int | None = None, drop_padding_rows: bool = True, tokenizer: str = "") -> dict:
+    """Singular values of the LM head (padding rows dropped, see valid_head_rows) and its identity.
+
+    head_sha256 hashes the whole head (padding included) in its loaded dtype.
+    """
+    from lmsat.adapters import lm_head_matrix
+    from lmsat.spectra import matrix_sha256, singular_values
+
+    head = lm_head_matrix(model)  # (V, d), padding rows included
+    n_valid_rows = valid_head_rows(head.shape[0], tokenizer_size, drop_padding_rows, tokenizer)
+    return dict(
+        singular_values=singular_values(head, n_valid_rows=n_valid_rows),
+        head_sha256=matrix_sha256(head),
+        n_rows=int(head.shape[0]),
+        n_valid_rows=int(n_valid_rows),
+        hidden_size=int(head.shape[1]),
+        head_dtype=str(head.dtype).replace("torch.", ""),
+    )
+
+
+def attention_arrays(model) -> tuple[dict[str, np.ndarray], dict]:
+    """Low-rank metrics of every head's qk and vo product as arrays, and the shape attrs.
+
+    Keys "{kind}/{name}" as in the attention file layout (module docstring).
+    """
+    from lmsat.adapters import attention_heads, num_layers
+    from lmsat.attention import attention_lowrank
+
+    n_layers = num_layers(model)
+    first = attention_heads(model, 0)
+    n_heads, d_head = first.n_heads, first.d_head
+    width = min(d_head, model.config.get_text_config().hidden_size)
+    arrays = {}
+    for kind in ATTENTION_KINDS:
+        arrays[f"{kind}/singular_values"] = np.full((n_layers, n_heads, width), np.nan)
+        for name in ATTENTION_SCALARS:
+            arrays[f"{kind}/{name}"] = np.full((n_layers, n_heads), np.nan)
+    for record in attention_lowrank(model):
+        metrics, at = record.metrics, (record.layer, record.head)
+        arrays[f"{record.kind}/singular_values"][at] = metrics.singular_values
+        for name in ATTENTION_SCALARS:
+            arrays[f"{record.kind}/{name}"][at] = getattr(metrics, name)
+    missing = [key for key, values in arrays.items() if np.isnan(values).any()]
+    if missing:
+        raise ValueError(f"attention_lowrank left heads without values in {missing}: the adapter is inconsistent")
+    attrs = dict(n_layers=n_layers, n_heads=n_heads, n_kv_heads=first.n_kv_heads, d_head=d_head)
+    return arrays, attrs
+
+
+def _write(path, arrays: dict[str, np.ndarray], attrs: dict) -> None:
+    with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
+        for key, values in arrays.items():
+            f.create_dataset(key, data=values)
+        f.attrs.update({k: v for k, v in attrs.items() if v is not None})
+        f.attrs.update(versions=json.dumps(library_versions(), sort_keys=True), format_version=FORMAT_VERSION)
+
+
+def write_spectrum(path, spectrum: dict, record: dict, tokenizer_size: int | None) -> None:
+    """The spectra file of one checkpoint; `spectrum` from head_spectrum, `record` its RECORD_KEYS."""
+    attrs = {**{k: record[k] for k in RECORD_KEYS}, **{k: v for k, v in spectrum.items() if k != "singular_values"}}
+    attrs["tokenizer_size"] = -1 if tokenizer_size is None else int(tokenizer_size)  # -1: unknown
+    _write(path, {"singular_values": spectrum["singular_values"]}, attrs)
+
+
+def write_attention(path, arrays: dict[str, np.ndarray], shape_attrs: dict, record: dict, hidden_size: int) -> None:
+    """The attention file of one checkpoint; `arrays`, `shape_attrs` from attention_arrays."""
+    _write(path, arrays, {**{k: record[k] for k in RECORD_KEYS}, **shape_attrs, "hidden_size": hidden_size})
+
+
+def _read(path, datasets: tuple[str, ...]) -> tuple[dict[str, np.ndarray], dict]:
+    try:
+        with h5py.File(path, "r") as f:
+            if f.attrs.get("format_version") != FORMAT_VERSION:
+                raise WeightsFileError(f"{path} is of another format version; delete it and rerun")
+            missing = [key for key in datasets if key not in f]
+            if missing:
+                raise WeightsFileError(f"{path} lacks datasets {missing}; delete it and rerun")
+            arrays = {key: f[key][...] for key in datasets}
+            attrs = {k: (v.item() if isinstance(v, np.generic) else v) for k, v in f.attrs.items()}
+    except OSError as error:
+        raise WeightsFileError(f"{path} is unreadable or truncated ({error}); delete it and rerun") from error
+    return arrays, attrs
+
+
+def read_spectrum(path) -> tuple[np.ndarray, dict]:
+    """Singular values (descending, float64) and attributes of a spectra file."""
+    arrays, attrs = _read(path, ("singular_values",))
+    return arrays["singular_values"], attrs
+
+
+def read_attention(path) -> tuple[dict[str, np.ndarray], dict]:
+    """Arrays ("{kind}/{name}") and attributes of an attention file."""
+    keys = tuple(f"{kind}/{name}" for kind in ATTENTION_KINDS for name in ("singular_values", *ATTENTION_SCALARS))
+    return _read(path, keys)
+
+
+# --- tidy tables (no torch) ---------------------------------------------------------------
+
+
+def _flag_final(table: pd.DataFrame) -> pd.DataFrame:
+    table["is_final"] = table["step"] == table.groupby("model")["step"].transform("max")
+    return table
+
+
+def _in_order(table: pd.DataFrame, model_order: list[str] | None, then: list[str]) -> pd.DataFrame:
+    """Rows sorted by model in `model_order` (the plan's order; default by name), then `then`.
+
+    Figures draw models in the order of their first row, so this is their panel order.
+    """
+    order = {m: i for i, m in enumerate(model_order or [])}
+    for model in sorted(set(table["model"]) - set(order)):  # models the order does not name go last
+        order[model] = len(order)
+    rank = table["model"].map(order).rename("_model_order")
+    table = table.assign(_model_order=rank).sort_values(["_model_order", *then], kind="stable")
+    return table.drop(columns="_model_order").reset_index(drop=True)
+
+
+def anisotropy_tables(
+    records: list[dict], loss: pd.DataFrame, model_order: list[str] | None = None
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Tables of Fig. 2 (per layer) and Fig. 3 (last layer and loss along training).
+
+    records: anisotropy metric records (RECORD_KEYS + anisotropy_layers, anisotropy_last,
+    n_layers, layer_sample, n_tokens); loss: results/tables/loss.csv (model, revision, loss);
+    model_order: row order of the models (the plan's), by name when None.
+    """
+    if not records:
+        raise ValueError("no anisotropy records to tabulate")
+    per_checkpoint = _in_order(_flag_final(pd.DataFrame.from_records(records)), model_order, ["step"])
+    rows = []
+    for record in per_checkpoint.to_dict("records"):
+        n_layers = record["n_layers"]
+        for layer, value in enumerate(record["anisotropy_layers"]):
+            rows.append(
+                {
+                    **{k: record[k] for k in RECORD_KEYS},
+                    "is_final": record["is_final"],
+                    "layer": layer,
+                    "n_layers": n_layers,
+                    "relative_depth": layer / n_layers,
+                    "anisotropy": value,
+                    "n_tokens": record["layer_sample"],
+                }
+            )
+    layers = pd.DataFrame.from_records(rows)
+    training = per_checkpoint[[*RECORD_KEYS, "is_final", "anisotropy_last", "n_tokens"]].merge(
+        loss[["model", "revision", "loss", "loss_sem", "is_best"]], on=["model", "revision"], how="left"
+    )
+    missing = training[training["loss"].isna()]
+    if len(missing):
+        first = missing.iloc[0]
+        raise ValueError(
+            f"loss table has no loss for {len(missing)} checkpoints (e.g. {first['model']}@{first['revision']}); "
+            "rebuild results/tables/loss.csv"
+        )
+    return layers, training
+
+
+def spectra_tables(
+    paths: list, model_order: list[str] | None = None
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Tables of Fig. 4 (normalised spectra), Fig. 5 (singular entropy) and identical heads.
+
+    Singular entropy KL(p || uniform) with p ~ sigma and with p ~ sigma^2 (both columns).
+    model_order: row order of the models (the plan's), by name when None.
+    """
+    if not paths:
+        raise ValueError("no spectra files to tabulate")
+    summary, curves = [], []
+    for path in paths:
+        s, attrs = read_spectrum(path)
+        record = {k: attrs[k] for k in RECORD_KEYS}
+        summary.append(
+            {
+                **record,
+                "n_rows": attrs["n_rows"],
+                "n_valid_rows": attrs["n_valid_rows"],
+                "hidden_size": attrs["hidden_size"],
+                "sigma_max": float(s[0]),
+                "singular_entropy_sigma": singular_entropy(s, power=1),
+                "singular_entropy_sigma2": singular_entropy(s, power=2),
+                "effective_rank": effective_rank(s),
+                "stable_rank": stable_rank(s),
+                "head_sha256": attrs["head_sha256"],
+            }
+        )
+        curves.append(
+            pd.DataFrame(
+                {**record, "index": np.arange(1, s.size + 1), "singular_value": s, "normalised": s / s[0]}
+            )
+        )
+    entropy = _in_order(_flag_final(pd.DataFrame.from_records(summary)), model_order, ["step"])
+    identical = identical_heads_table(entropy)
+    flagged = identical.set_index(["model", "revision"])["identical_to"]
+    keys = pd.MultiIndex.from_frame(entropy[["model", "revision"]])
+    entropy["identical_head"] = keys.isin(flagged.index)
+    entropy["identical_to"] = flagged.reindex(keys).fillna("").to_numpy()
+    spectra = pd.concat(curves, ignore_index=True).merge(
+        entropy[["model", "revision", "identical_head"]], on=["model", "revision"]
+    )
+    spectra = _in_order(spectra, model_order, ["step", "index"])
+    return spectra, entropy, identical
+
+
+IDENTICAL_COLUMNS = ["suite", "model", "revision", "step", "group", "group_size", "identical_to", "head_sha256"]
+
+
+def identical_heads_table(entropy: pd.DataFrame) -> pd.DataFrame:
+    """One row per revision whose head is bit-identical to another revision of its model.
+
+    group: the earliest revision of the group; identical_to: the other members (;-joined).
+    Logs a warning per model with such revisions.
+    """
+    rows = []
+    for model, per_model in entropy.groupby("model", sort=False):
+        per_model = per_model.sort_values("step", kind="stable")
+        groups = identical_heads(dict(zip(per_model["revision"], per_model["head_sha256"])))
+        for group in groups:
+            log.warning(
+                "%s: revisions %s serve bit-identical LM heads (see EleutherAI/pythia#205); "
+                "they are flagged identical_head and drawn hollow/dashed",
+                model,
+                ", ".join(group),
+            )
+            for revision in group:
+                row = per_model[per_model["revision"] == revision].iloc[0]
+                rows.append(
+                    {
+                        "suite": row["suite"],
+                        "model": model,
+                        "revision": revision,
+                        "step": row["step"],
+                        "group": group[0],
+                        "group_size": len(group),
+                        "identical_to": ";".join(r for r in group if r != revision),
+                        "head_sha256": row["head_sha256"],
+                    }
+                )
+    return pd.DataFrame.from_records(rows, columns=IDENTICAL_COLUMNS)
+
+
+def attention_table(
+    paths: list, identical: pd.DataFrame | None = None, model_order: list[str] | None = None
+) -> pd.DataFrame:
+    """One row per checkpoint x layer x head x kind with the low-rank metrics.
+
+    relative_depth = (layer + 1) / n_layers (the block's output depth, as in Fig. 2);
+    identical_head flags the revisions listed in the identical-heads table; model_order:
+    row order of the models (the plan's), by name when None.
+    """
+    if not paths:
+        raise ValueError("no attention files to tabulate")
+    frames = []
+    for path in paths:
+        arrays, attrs = read_attention(path)
+        n_layers, n_heads = attrs["n_layers"], attrs["n_heads"]
+        layer, head = np.meshgrid(np.arange(n_layers), np.arange(n_heads), indexing="ij")
+        for kind in ATTENTION_KINDS:
+            frames.append(
+                pd.DataFrame(
+                    {
+                        **{k: attrs[k] for k in RECORD_KEYS},
+                        "layer": layer.ravel(),
+                        "relative_depth": (layer.ravel() + 1) / n_layers,
+                        "head": head.ravel(),
+                        "kind": kind,
+                        "d_head": attrs["d_head"],
+                        **{name: arrays[f"{kind}/{name}"].ravel() for name in ATTENTION_SCALARS},
+                    }
+                )
+            )
+    table = pd.concat(frames, ignore_index=True)
+    flagged = set() if identical is None else set(zip(identical["model"], identical["revision"]))
+    table["identical_head"] = [(m, r) in flagged for m, r in zip(table["model"], table["revision"])]
+    return _in_order(table, model_order, ["step", "kind", "layer", "head"])
+
+
+def write_csv(table: pd.DataFrame, path) -> None:
+    """Write a table atomically (the file appears only once complete)."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path) as tmp:
+        table.to_csv(tmp, index=False)

@@ -1,0 +1,158 @@
+"""Figures of the softmax bottleneck (Godey et al. 2024, Figs. 6, 7, 8) and the ground truth.
+
+Each draws from a tidy table (`lmsat.bottleneck.heads_tables`, `lmsat.ngram_werror`) and
+writes every path it is given (PNG and PDF).
+"""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from lmsat.figures import save_figure  # noqa: E402
+
+PAPER_RISE_WERROR = 0.6  # "performance starts decreasing when the W-error outgrows 0.6" (Fig. 8)
+
+
+def _models(heads: pd.DataFrame) -> list[str]:
+    return list(dict.fromkeys(heads.sort_values("hidden_size")["model"]))
+
+
+def _colors(names) -> dict:
+    cmap = plt.get_cmap("viridis")
+    return {name: cmap(0.85 * i / max(len(names) - 1, 1)) for i, name in enumerate(names)}
+
+
+def _rank_axis(ax, heads: pd.DataFrame) -> None:
+    ax.set_xscale("log", base=2)
+    ranks = sorted(set(heads["rank"]))
+    ax.set_xticks(ranks)
+    ax.set_xticklabels([str(r) for r in ranks], fontsize=7)
+    ax.set_xlabel("head rank r")
+
+
+def _rank_curves(ax, heads: pd.DataFrame, column: str, colors: dict) -> None:
+    """One line per model over its low-rank heads; the model's own head as a dotted level and a star."""
+    for model in _models(heads):
+        rows = heads[heads["model"] == model]
+        low = rows[rows["kind"] == "low_rank"].sort_values("rank")
+        full = rows[rows["kind"] == "full_head"].iloc[0]
+        d = int(full["hidden_size"])
+        ax.plot(low["rank"], low[column], "o-", color=colors[model], ms=4, label=f"{model} (d={d})")
+        ax.axhline(full[column], color=colors[model], ls=":", lw=1)
+        ax.plot([d], [full[column]], "*", color=colors[model], ms=10, mec="k", mew=0.5)
+
+
+def plot_rank_heads(heads: pd.DataFrame, paths) -> None:
+    """Fig. 6: eval cross-entropy and top-1 accuracy of the rank-r heads against r."""
+    colors = _colors(_models(heads))
+    fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(9, 3.6))
+    _rank_curves(ax_loss, heads, "eval_loss", colors)
+    _rank_curves(ax_acc, heads, "eval_acc", colors)
+    ax_loss.set_ylabel("eval cross-entropy (nats)")
+    ax_acc.set_ylabel("eval top-1 accuracy")
+    for ax in (ax_loss, ax_acc):
+        _rank_axis(ax, heads)
+        ax.grid(alpha=0.3)
+    ax_loss.legend(fontsize=7, title="dotted / star: own head", title_fontsize=7)
+    fig.tight_layout()
+    save_figure(fig, paths)
+
+
+def plot_werror_loss(heads: pd.DataFrame, paths) -> None:
+    """Fig. 8: final loss of the rank-r heads against the W-error of the model's own head at r."""
+    colors = _colors(_models(heads))
+    fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    ax.axvline(PAPER_RISE_WERROR, color="0.7", lw=3, alpha=0.5, label="paper: rise past ~0.6")
+    for i, model in enumerate(_models(heads)):
+        rows = heads[heads["model"] == model]
+        low = rows[rows["kind"] == "low_rank"].sort_values("w_error")
+        full = rows[rows["kind"] == "full_head"].iloc[0]
+        ax.plot(low["w_error"], low["eval_loss"], "o-", color=colors[model], ms=4, label=model)
+        ax.axhline(full["eval_loss"], color=colors[model], ls=":", lw=1)
+        for row in low.itertuples():  # rank labels above the first model's points, below the next's
+            ax.annotate(f"r={row.rank}", (row.w_error, row.eval_loss), fontsize=6, color=colors[model],
+                        xytext=(4, 4 if i % 2 == 0 else -9), textcoords="offset points")
+        rise = low[low["rise_point"]]
+        if not rise.empty:
+            x = float(rise["w_error"].iloc[0])
+            ax.axvline(x, color=colors[model], ls="--", lw=1)
+            ax.text(x, 0.55 + 0.07 * i, f"{model}: rises at {x:.2f} ", transform=ax.get_xaxis_transform(),
+                    fontsize=7, color=colors[model], ha="right")
+    ax.set_xlim(-0.02, 1.02)
+    ax.set_xlabel("W-error of the model's own head at rank r")
+    ax.set_ylabel("eval cross-entropy of the rank-r head (nats)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    save_figure(fig, paths)
+
+
+def plot_ngram_werror(table: pd.DataFrame, paths) -> None:
+    """Fig. 7: W-error(d) of the n-gram matrix of each corpus x tokenizer (truth dashed)."""
+    pairs = list(dict.fromkeys(zip(table["corpus"], table["tokenizer"])))
+    colors = _colors(pairs)
+    fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    for pair in pairs:
+        rows = table[(table["corpus"] == pair[0]) & (table["tokenizer"] == pair[1]) & (table["d"] > 0)]
+        for kind, style in (("empirical", "-"), ("truth", "--")):
+            curve = rows[rows["kind"] == kind]
+            if curve.empty:
+                continue
+            first = curve.iloc[0]
+            label = f"{pair[0]} / {pair[1]} ({int(first['n_tokens']):,} tokens, {int(first['n_contexts']):,} contexts)"
+            if kind == "truth":
+                label = f"{pair[0]}: true {int(first['order'])}-gram matrix"
+            ax.plot(curve["d"], curve["werror"], style, color=colors[pair], lw=1.3, label=label)
+    ax.axhline(0.5, color="0.6", lw=0.8, ls=":")
+    ax.set_xscale("log")
+    ax.set_ylim(0, 1.02)
+    ax.set_xlabel("rank d")
+    ax.set_ylabel("W-error(d)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=6)
+    fig.tight_layout()
+    save_figure(fig, paths)
+
+
+def plot_ground_truth(curves: pd.DataFrame, heads: pd.DataFrame | None, entropy_rate: float | None, paths) -> None:
+    """Ground truth: empirical n-gram W-error curves against the true matrix's (left) and the
+    rank-r head losses against the synthetic language's entropy rate (right, when given)."""
+    with_heads = heads is not None and entropy_rate is not None
+    fig, axes = plt.subplots(1, 2 if with_heads else 1, figsize=(10 if with_heads else 5.5, 3.8), squeeze=False)
+    ax = axes[0, 0]
+    samples = sorted(set(curves.loc[curves["kind"] == "empirical", "n_tokens"]))
+    cmap = plt.get_cmap("plasma")
+    for i, n in enumerate(samples):
+        rows = curves[(curves["kind"] == "empirical") & (curves["n_tokens"] == n)]
+        ax.plot(rows["d"], rows["werror"], color=cmap(0.8 * i / max(len(samples) - 1, 1)), lw=1.2,
+                label=f"{n:,} tokens ({int(rows['n_contexts'].iloc[0]):,} contexts)")
+    truth = curves[curves["kind"] == "truth"]
+    ax.plot(truth["d"], truth["werror"], color="k", lw=2, label=f"truth ({int(truth['n_contexts'].iloc[0]):,} contexts)")
+    buckets = curves[curves["kind"] == "buckets"]
+    if not buckets.empty:
+        ax.plot(buckets["d"], buckets["werror"], color="0.5", ls="--", lw=1, label="bucket matrix (rows unweighted)")
+    order = int(truth["order"].iloc[0])
+    ax.set_xlabel("rank d")
+    ax.set_ylabel(f"W-error(d) of the {order}-gram matrix")
+    ax.set_ylim(0, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=6)
+    ax.set_title("n-gram W-error converges to the truth", fontsize=9, loc="left")
+    if with_heads:
+        ax = axes[0, 1]
+        colors = _colors(_models(heads))
+        _rank_curves(ax, heads, "eval_loss", colors)
+        ax.axhline(entropy_rate, color="k", lw=1.5, ls="--", label=f"entropy rate {entropy_rate:.3f}")
+        _rank_axis(ax, heads)
+        ax.set_ylabel("eval cross-entropy (nats)")
+        ax.set_ylim(min(entropy_rate, heads["eval_loss"].min()) - 0.1, None)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+        ax.set_title("rank-r head loss approaches the entropy rate from above", fontsize=9, loc="left")
+    fig.tight_layout()
+    save_figure(fig, paths)
+

@@ -1,0 +1,207 @@
+"""Figures of representation degeneration (Godey et al. Figs. 2-5, and low-rank attention).
+
+Each function draws one figure from a tidy table of `lmsat.degeneration` and saves it as
+PNG and PDF (`lmsat.figures.save_figure`). Training time is on a log axis of tokens, so
+step 0 (0 tokens) is left out of the along-training panels, as in Fig. 1a. Revisions whose
+head is bit-identical to another revision's (`identical_head`) are drawn hollow (points)
+or dashed (curves), and a note says so.
+
+    plot_anisotropy_depth(layers, ["fig2.png", "fig2.pdf"], suites=["toy"])
+"""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib.colors import ListedColormap, Normalize, SymLogNorm  # noqa: E402
+
+from lmsat.figures import save_figure  # noqa: E402
+
+IDENTICAL_NOTE = "hollow/dashed: head bit-identical to another revision (tables/identical_heads.csv)"
+ATTENTION_PANELS = (  # (column, y label); linear axes show "towards 1" and "towards 0" as such
+    ("effective_rank", "effective rank"),
+    ("nuclear_ratio", "nuclear ratio"),
+    ("balance_gap", "balance gap"),
+)
+
+
+def _models(table: pd.DataFrame) -> list[str]:
+    """Models in table order (the tables are sorted suite, model, step; keep first appearance)."""
+    return list(dict.fromkeys(table["model"]))
+
+
+def _model_colours(models: list[str]) -> dict[str, tuple]:
+    cmap = plt.get_cmap("viridis")
+    return {m: cmap(0.85 * i / max(1, len(models) - 1)) for i, m in enumerate(models)}
+
+
+def _note(fig, text: str) -> None:
+    fig.text(0.01, -0.01, text, fontsize=7, color="0.35", ha="left", va="top")
+
+
+def _grid(n: int, ncols: int, width: float, height: float, **kwargs):
+    ncols = max(1, min(ncols, n))
+    nrows = -(-n // ncols)
+    fig, axes = plt.subplots(
+        nrows, ncols, figsize=(width * ncols, height * nrows + 0.4), squeeze=False, layout="constrained", **kwargs
+    )
+    for ax in axes.ravel()[n:]:
+        ax.set_visible(False)
+    return fig, axes.ravel()[:n]
+
+
+def plot_anisotropy_depth(layers: pd.DataFrame, paths, suites: list[str] | None = None) -> None:
+    """Fig. 2: anisotropy vs relative layer depth at each model's final checkpoint.
+
+    One panel per suite (`suites`, default every suite of the table), one line per model;
+    depth 0 is the embedding output, 1 the last layer (post final norm).
+    """
+    suites = list(suites or dict.fromkeys(layers["suite"]))
+    unknown = sorted(set(suites) - set(layers["suite"]))
+    if unknown:
+        raise ValueError(f"suites {unknown} have no anisotropy records; drop them from figures.anisotropy_suites")
+    final = layers[layers["is_final"]]
+    fig, axes = _grid(len(suites), 4, 3.6, 3.0, sharey=True)
+    for ax, suite in zip(axes, suites):
+        rows = final[final["suite"] == suite]
+        models = _models(rows)
+        colours = _model_colours(models)
+        for model in models:
+            curve = rows[rows["model"] == model].sort_values("relative_depth")
+            ax.plot(curve["relative_depth"], curve["anisotropy"], "o-", ms=3, lw=1.2, color=colours[model], label=model)
+        ax.set_title(suite, fontsize=9, loc="left")
+        ax.set_xlabel("relative layer depth")
+        ax.set_xlim(-0.03, 1.03)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6, loc="best")
+    axes[0].set_ylabel("anisotropy (mean cosine)")
+    save_figure(fig, paths)
+
+
+def plot_anisotropy_training(training: pd.DataFrame, paths) -> None:
+    """Fig. 3: loss along training, points coloured by last-layer anisotropy; a panel per model."""
+    rows_all = training[training["tokens"] > 0]
+    models = _models(rows_all)
+    norm = Normalize(rows_all["anisotropy_last"].min(), rows_all["anisotropy_last"].max())
+    fig, axes = plt.subplots(
+        len(models), 1, figsize=(6, 1.9 * len(models) + 0.6), sharex=True, squeeze=False, layout="constrained"
+    )
+    axes = axes[:, 0]
+    for ax, model in zip(axes, models):
+        rows = rows_all[rows_all["model"] == model]
+        ax.plot(rows["tokens"], rows["loss"], color="0.75", lw=1, zorder=1)
+        points = ax.scatter(
+            rows["tokens"], rows["loss"], c=rows["anisotropy_last"], cmap="magma_r", norm=norm, s=22, zorder=2,
+            edgecolors="0.3", linewidths=0.3,
+        )
+        ax.set_xscale("log")
+        ax.set_ylabel("loss (nats)")
+        ax.set_title(model, fontsize=9, loc="left")
+    axes[-1].set_xlabel("training tokens")
+    fig.colorbar(points, ax=list(axes), label="last-layer anisotropy", shrink=0.6)
+    save_figure(fig, paths)
+
+
+def plot_head_spectra(spectra: pd.DataFrame, paths) -> None:
+    """Fig. 4: LM-head singular values / the largest, one curve per checkpoint (colour = step)."""
+    models = _models(spectra)
+    norm = SymLogNorm(linthresh=1, vmin=0, vmax=max(1, spectra["step"].max()), base=10)
+    cmap = plt.get_cmap("viridis")
+    fig, axes = _grid(len(models), 4, 3.4, 2.8, sharey=True)
+    for ax, model in zip(axes, models):
+        rows = spectra[spectra["model"] == model]
+        for (_, step, flagged), curve in rows.groupby(["revision", "step", "identical_head"], sort=False):
+            ax.plot(
+                curve["index"], curve["normalised"], color=cmap(norm(step)), lw=0.9 if flagged else 1.1,
+                ls="--" if flagged else "-", alpha=0.9,
+            )
+        ax.set_title(model, fontsize=9, loc="left")
+        ax.set_xlabel("singular value index")
+        ax.set_ylim(0, 1.03)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel(r"$\sigma_i / \sigma_1$")
+    mappable = plt.cm.ScalarMappable(norm=norm, cmap=cmap)
+    fig.colorbar(mappable, ax=list(axes), label="training step", shrink=0.9)
+    if spectra["identical_head"].any():
+        _note(fig, IDENTICAL_NOTE)
+    save_figure(fig, paths)
+
+
+def plot_singular_entropy(entropy: pd.DataFrame, paths, power: int = 1) -> None:
+    """Fig. 5: singular entropy KL(p || uniform) of the head along training, every model.
+
+    power 1: p ~ sigma (default); 2: p ~ sigma^2 (columns singular_entropy_sigma[2]).
+    """
+    if power not in (1, 2):
+        raise ValueError(f"power={power!r} must be 1 (p ~ sigma) or 2 (p ~ sigma^2); see spectra.entropy_power")
+    column = "singular_entropy_sigma" if power == 1 else "singular_entropy_sigma2"
+    rows_all = entropy[entropy["tokens"] > 0]
+    models = _models(rows_all)
+    colours = _model_colours(models)
+    fig, ax = plt.subplots(figsize=(6, 3.6), layout="constrained")
+    for model in models:
+        rows = rows_all[rows_all["model"] == model]
+        colour = colours[model]
+        ax.plot(rows["tokens"], rows[column], lw=1.2, color=colour, label=model)
+        ok, flagged = rows[~rows["identical_head"]], rows[rows["identical_head"]]
+        ax.scatter(ok["tokens"], ok[column], s=16, color=colour, zorder=3)
+        ax.scatter(flagged["tokens"], flagged[column], s=16, facecolors="none", edgecolors=colour, zorder=3)
+    ax.set_xscale("log")
+    ax.set_xlabel("training tokens")
+    ax.set_ylabel("singular entropy (nats)" + (r", $p \propto \sigma$" if power == 1 else r", $p \propto \sigma^2$"))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="best")
+    if rows_all["identical_head"].any():
+        _note(fig, IDENTICAL_NOTE)
+    save_figure(fig, paths)
+
+
+def attention_medians(attention: pd.DataFrame) -> pd.DataFrame:
+    """Median over heads of each metric, per checkpoint x layer x kind (what the figure draws)."""
+    keys = ["suite", "model", "revision", "step", "tokens", "identical_head", "kind", "layer", "relative_depth"]
+    columns = [name for name, _ in ATTENTION_PANELS]
+    return attention.groupby(keys, sort=False)[columns].median().reset_index()
+
+
+def plot_attention_lowrank(attention: pd.DataFrame, paths) -> None:
+    """Low-rank attention along training: a row per model, a column per metric.
+
+    Lines are layers (colour = relative depth), solid for qk = W_Q^T W_K, dashed for
+    vo = W_O W_V, each the median over the layer's heads.
+    """
+    medians = attention_medians(attention[attention["tokens"] > 0])
+    models = _models(medians)
+    cmap = plt.get_cmap("plasma")
+    fig, axes = plt.subplots(
+        len(models), len(ATTENTION_PANELS), figsize=(3.4 * len(ATTENTION_PANELS), 2.0 * len(models) + 0.8),
+        sharex=True, squeeze=False, layout="constrained",
+    )
+    for row, model in zip(axes, models):
+        rows = medians[medians["model"] == model]
+        for ax, (column, label) in zip(row, ATTENTION_PANELS):
+            for (kind, layer, depth), curve in rows.groupby(["kind", "layer", "relative_depth"], sort=True):
+                curve = curve.sort_values("step")
+                colour = cmap(0.85 * depth)
+                ax.plot(curve["tokens"], curve[column], ls="-" if kind == "qk" else "--", lw=1.1, color=colour)
+                flagged = curve[curve["identical_head"]]
+                ax.scatter(flagged["tokens"], flagged[column], s=14, facecolors="none", edgecolors=colour, zorder=3)
+            ax.set_xscale("log")
+            ax.grid(alpha=0.3)
+            ax.set_ylabel(label, fontsize=8)
+        row[0].set_title(model, fontsize=9, loc="left")
+    for ax in axes[-1]:
+        ax.set_xlabel("training tokens")
+    handles = [
+        plt.Line2D([], [], color="0.3", ls="-", label=r"qk: $W_Q^\top W_K$"),
+        plt.Line2D([], [], color="0.3", ls="--", label=r"vo: $W_O W_V$"),
+    ]
+    axes[0, -1].legend(handles=handles, fontsize=7, loc="best")
+    mappable = plt.cm.ScalarMappable(norm=Normalize(0, 1), cmap=ListedColormap(cmap(np.linspace(0, 0.85, 256))))
+    fig.colorbar(mappable, ax=axes.ravel().tolist(), label="relative layer depth", shrink=0.6)
+    if medians["identical_head"].any():
+        _note(fig, "hollow: revision whose LM head is bit-identical to another's (tables/identical_heads.csv)")
+    save_figure(fig, paths)

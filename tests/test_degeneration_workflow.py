@@ -1,0 +1,284 @@
+"""Representation degeneration (issue 3) on the workflow side: the registered anisotropy
+metric on a real cache, the per-checkpoint weight files written by the rule's script from a
+saved tiny GPT-NeoX, the tidy tables with the identical-heads check, and the figures."""
+
+import copy
+import importlib.util
+from types import SimpleNamespace
+
+import h5py
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from snakemake.iocontainers import Namedlist
+
+from lmsat import figures_degeneration as figures
+from lmsat.anisotropy import mean_pairwise_cosine_bruteforce
+from lmsat.attention import attention_lowrank
+from lmsat.cache import ExtractionSettings, extract_to_cache, open_cache
+from lmsat.config import ConfigError, ModelEntry, load_plan
+from lmsat.degeneration import (
+    IDENTICAL_COLUMNS,
+    anisotropy_tables,
+    attention_table,
+    check_config,
+    head_spectrum,
+    read_attention,
+    read_spectrum,
+    spectra_tables,
+    valid_head_rows,
+)
+from lmsat.metrics import METRICS
+from lmsat.spectra import matrix_sha256, singular_entropy
+
+from conftest import ROOT, SCHEMA, word_tokenizer
+
+SCRIPTS = ROOT / "workflow" / "scripts"
+WORDS = [f"w{i}" for i in range(35)]  # + eos, unk = 37 tokenizer entries for a 40-row head
+
+
+def script(name):
+    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def svd(matrix) -> np.ndarray:
+    return np.linalg.svd(np.asarray(matrix, dtype=np.float64), compute_uv=False)
+
+
+# ------------------------------------------------------------------ anisotropy metric
+
+
+def test_anisotropy_metric_equals_bruteforce_on_a_real_cache(tiny_neox, tmp_path):
+    tokens = np.random.default_rng(0).integers(0, 37, size=(10, 12)).astype(np.int32)
+    path = tmp_path / "c.h5"
+    settings = ExtractionSettings(batch_size=3, chunk_sequences=4, layer_sample=50, seed=1)
+    extract_to_cache(tiny_neox, tokens, path, identity=dict(model="tiny", revision="step1"), settings=settings)
+    with open_cache(path) as cache:
+        values = METRICS["anisotropy"].compute(cache)
+        hidden, layers = cache["hidden"][...], cache["layers"][...]
+    assert values["n_layers"] == 2 and values["layer_sample"] == 50 and values["n_tokens"] == 120
+    assert abs(values["anisotropy_last"] - mean_pairwise_cosine_bruteforce(hidden)) < 1e-9
+    expected = [mean_pairwise_cosine_bruteforce(layer) for layer in layers]
+    np.testing.assert_allclose(values["anisotropy_layers"], expected, rtol=0, atol=1e-9)
+
+
+def test_anisotropy_metric_refuses_nan_layers(tiny_neox, tmp_path):
+    tokens = np.random.default_rng(0).integers(0, 37, size=(4, 8)).astype(np.int32)
+    path = tmp_path / "c.h5"
+    extract_to_cache(tiny_neox, tokens, path, identity=dict(model="tiny", revision="step1"),
+                     settings=ExtractionSettings(layer_sample=10))
+    with h5py.File(path, "r+") as f:
+        f["layers"][1, 3, 0] = np.nan
+    with open_cache(path) as cache, pytest.raises(ValueError, match=r"layers\[1\]"):
+        METRICS["anisotropy"].compute(cache)
+
+
+# ------------------------------------------------------------------ head spectrum
+
+
+def test_head_spectrum_drops_padding_rows(tiny_neox):
+    head = tiny_neox.get_output_embeddings().weight.detach()  # (40, 16)
+    spectrum = head_spectrum(tiny_neox, tokenizer_size=37)
+    np.testing.assert_allclose(spectrum["singular_values"], svd(head[:37]), rtol=1e-6)
+    assert not np.allclose(spectrum["singular_values"], svd(head), rtol=1e-6)
+    assert (spectrum["n_rows"], spectrum["n_valid_rows"], spectrum["hidden_size"]) == (40, 37, 16)
+    assert spectrum["head_sha256"] == matrix_sha256(head)
+    kept = head_spectrum(tiny_neox, tokenizer_size=37, drop_padding_rows=False)
+    np.testing.assert_allclose(kept["singular_values"], svd(head), rtol=1e-6)
+    assert kept["n_valid_rows"] == 40
+
+
+def test_tokenizer_larger_than_head_names_the_fix():
+    assert valid_head_rows(40, None, True) == 40
+    with pytest.raises(ValueError, match="drop_padding_rows.*false"):
+        valid_head_rows(40, 50, True, tokenizer="toy")
+
+
+# ------------------------------------------------------------------ the weights job
+
+
+def run_weights_job(model, revision, step, root, out):
+    """The rule's script on a saved checkpoint, with the params the rule passes."""
+    entry = ModelEntry(
+        name="tiny", suite="s", source="local", id=str(root), hidden_size=16, vocab_size=40, n_params=0,
+        tokenizer="words", tokens_per_step=10, revisions=("step0", "step5", "step9"), steps=(0, 5, 9),
+        allow_pickle=False, trust_remote_code=False, key="suites.s.models[0]",
+    )
+    model.save_pretrained(root / revision)
+    spectra, attention = out / "spectra" / f"{revision}.h5", out / "attention" / f"{revision}.h5"
+    job = SimpleNamespace(
+        input=Namedlist(),
+        output=Namedlist(fromdict={"spectra": str(spectra), "attention": str(attention)}),
+        log=[str(out / "logs" / f"{revision}.log")],
+        wildcards=SimpleNamespace(model="tiny", revision=revision),
+        params=SimpleNamespace(
+            model=entry.__dict__,
+            record=dict(suite="s", model="tiny", revision=revision, step=step, tokens=10 * step),
+            tokenizer=dict(source="local", id=str(root / "tokenizer"), revision="main"),
+            drop_padding_rows=True,
+            dtype="float32",
+            threads=1,
+        ),
+    )
+    script("analyse_checkpoint_weights").main(job)
+    return spectra, attention
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tiny_neox, tmp_path_factory):
+    """Three revisions of a tiny model: step0 and step5 share their head (a stale branch)."""
+    torch.manual_seed(1)
+    root, out = tmp_path_factory.mktemp("models"), tmp_path_factory.mktemp("out")
+    word_tokenizer(WORDS).save_pretrained(str(root / "tokenizer"))
+    later = copy.deepcopy(tiny_neox)
+    with torch.no_grad():
+        for parameter in later.parameters():
+            parameter.add_(0.05 * torch.randn_like(parameter))
+    files = {
+        "step0": run_weights_job(tiny_neox, "step0", 0, root, out),
+        "step5": run_weights_job(tiny_neox, "step5", 5, root, out),
+        "step9": run_weights_job(later, "step9", 9, root, out),
+    }
+    return files, {"step0": tiny_neox, "step5": tiny_neox, "step9": later}
+
+
+def test_weights_job_writes_spectrum_and_attention_files(checkpoints):
+    files, models = checkpoints
+    spectra_path, attention_path = files["step9"]
+    s, attrs = read_spectrum(spectra_path)
+    head = models["step9"].get_output_embeddings().weight.detach()
+    np.testing.assert_allclose(s, svd(head[: len(WORDS) + 2]), rtol=1e-6)
+    assert attrs["n_rows"] == 40 and attrs["n_valid_rows"] == 37 and attrs["tokenizer_size"] == 37
+    assert attrs["model"] == "tiny" and attrs["revision"] == "step9" and attrs["step"] == 9
+    assert attrs["head_sha256"] == matrix_sha256(head) and "torch" in attrs["versions"]
+    arrays, shape = read_attention(attention_path)
+    assert (shape["n_layers"], shape["n_heads"], shape["d_head"]) == (2, 2, 8)
+    for record in attention_lowrank(models["step9"]):
+        at = (record.layer, record.head)
+        np.testing.assert_allclose(arrays[f"{record.kind}/singular_values"][at], record.metrics.singular_values)
+        assert arrays[f"{record.kind}/balance_gap"][at] == pytest.approx(record.metrics.balance_gap, rel=1e-12)
+
+
+def test_spectra_tables_flag_identical_heads(checkpoints, caplog):
+    files, _ = checkpoints
+    spectra, entropy, identical = spectra_tables([files[r][0] for r in ("step0", "step5", "step9")])
+    assert list(identical.columns) == IDENTICAL_COLUMNS
+    assert identical[["revision", "group", "identical_to"]].values.tolist() == [
+        ["step0", "step0", "step5"],
+        ["step5", "step0", "step0"],
+    ]
+    assert "step0, step5" in caplog.text and "bit-identical" in caplog.text
+    assert entropy.set_index("revision")["identical_head"].to_dict() == {"step0": True, "step5": True, "step9": False}
+    assert entropy.set_index("revision")["is_final"].to_dict() == {"step0": False, "step5": False, "step9": True}
+    for row in entropy.itertuples():
+        s, _ = read_spectrum(files[row.revision][0])
+        assert row.singular_entropy_sigma == pytest.approx(singular_entropy(s, power=1), abs=1e-12)
+        assert row.singular_entropy_sigma2 == pytest.approx(singular_entropy(s, power=2), abs=1e-12)
+    assert len(spectra) == 3 * 16 and spectra.groupby("revision")["normalised"].max().eq(1.0).all()
+    assert spectra.groupby("revision")["identical_head"].first().to_dict() == entropy.set_index("revision")[
+        "identical_head"
+    ].to_dict()
+
+
+def test_no_identical_heads_gives_an_empty_table_with_columns(checkpoints):
+    files, _ = checkpoints
+    _, entropy, identical = spectra_tables([files["step0"][0], files["step9"][0]])
+    assert identical.empty and list(identical.columns) == IDENTICAL_COLUMNS
+    assert not entropy["identical_head"].any()
+
+
+def test_attention_table_is_one_row_per_checkpoint_layer_head_kind(checkpoints):
+    files, models = checkpoints
+    _, _, identical = spectra_tables([files[r][0] for r in files])
+    table = attention_table([files[r][1] for r in files], identical)
+    assert len(table) == 3 * 2 * 2 * 2  # revisions x layers x heads x kinds
+    row = table[(table["revision"] == "step9") & (table["layer"] == 1) & (table["head"] == 0) & (table["kind"] == "vo")]
+    record = next(r for r in attention_lowrank(models["step9"]) if (r.layer, r.head, r.kind) == (1, 0, "vo"))
+    assert row["nuclear_ratio"].item() == pytest.approx(record.metrics.nuclear_ratio, rel=1e-12)
+    assert row["relative_depth"].item() == 1.0
+    assert table.groupby("revision")["identical_head"].all().to_dict() == {"step0": True, "step5": True, "step9": False}
+
+
+# ------------------------------------------------------------------ anisotropy tables
+
+
+def anisotropy_records():
+    records = []
+    for model, n_layers in (("a", 2), ("b", 3)):
+        for step in (0, 4, 8):
+            layers = [0.1 * step + 0.01 * i for i in range(n_layers + 1)]
+            records.append(dict(suite="toy", model=model, revision=f"step{step}", step=step, tokens=100 * step,
+                                metric="anisotropy", anisotropy_layers=layers, anisotropy_last=layers[-1] + 0.001,
+                                n_layers=n_layers, layer_sample=50, n_tokens=1000))
+    return records
+
+
+def loss_frame(records):
+    return pd.DataFrame([dict(model=r["model"], revision=r["revision"], loss=5.0 - r["step"] / 10, loss_sem=0.01,
+                              is_best=r["step"] == 8) for r in records])
+
+
+def test_anisotropy_tables():
+    records = anisotropy_records()
+    layers, training = anisotropy_tables(records, loss_frame(records))
+    assert len(layers) == 3 * 3 + 3 * 4
+    final_b = layers[(layers["model"] == "b") & layers["is_final"]]
+    assert final_b["relative_depth"].tolist() == pytest.approx([0, 1 / 3, 2 / 3, 1])
+    assert final_b["anisotropy"].tolist() == pytest.approx([0.8, 0.81, 0.82, 0.83])
+    row = training[(training["model"] == "a") & (training["step"] == 4)].iloc[0]
+    assert row["loss"] == pytest.approx(4.6) and row["anisotropy_last"] == pytest.approx(0.421)
+    ordered, _ = anisotropy_tables(records, loss_frame(records), model_order=["b", "a"])
+    assert list(dict.fromkeys(ordered["model"])) == ["b", "a"]  # the plan's order, not by name
+    loss = loss_frame(records)
+    without = loss[~((loss["model"] == "a") & (loss["revision"] == "step8"))]
+    with pytest.raises(ValueError, match="1 checkpoints.*a@step8"):
+        anisotropy_tables(records, without)
+
+
+def test_figure_suites_are_checked_against_the_config(default_config):
+    config = load_plan(dict(default_config, figures={"anisotropy_suites": ["toy"]}), SCHEMA).config
+    check_config(config)
+    config["figures"]["anisotropy_suites"] = ["toy", "gpt2"]
+    with pytest.raises(ConfigError, match=r"figures.anisotropy_suites\[1\].*gpt2.*toy"):
+        check_config(config)
+
+
+# ------------------------------------------------------------------ figures
+
+
+def test_every_figure_is_written_as_png_and_pdf(checkpoints, tmp_path):
+    files, _ = checkpoints
+    records = anisotropy_records()
+    layers, training = anisotropy_tables(records, loss_frame(records))
+    spectra, entropy, identical = spectra_tables([files[r][0] for r in files])
+    attention = attention_table([files[r][1] for r in files], identical)
+    drawn = {
+        "fig2": lambda paths: figures.plot_anisotropy_depth(layers, paths, suites=["toy"]),
+        "fig3": lambda paths: figures.plot_anisotropy_training(training, paths),
+        "fig4": lambda paths: figures.plot_head_spectra(spectra, paths),
+        "fig5": lambda paths: figures.plot_singular_entropy(entropy, paths, power=2),
+        "attention": lambda paths: figures.plot_attention_lowrank(attention, paths),
+    }
+    for name, draw in drawn.items():
+        paths = [tmp_path / f"{name}.png", tmp_path / f"{name}.pdf"]
+        draw(paths)
+        assert paths[0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
+        assert paths[1].read_bytes()[:5] == b"%PDF-", name
+    with pytest.raises(ValueError, match="figures.anisotropy_suites"):
+        figures.plot_anisotropy_depth(layers, [tmp_path / "x.png"], suites=["gpt2"])
+    with pytest.raises(ValueError, match="entropy_power"):
+        figures.plot_singular_entropy(entropy, [tmp_path / "x.png"], power=3)
+
+
+def test_attention_medians_are_medians_over_heads(checkpoints):
+    files, _ = checkpoints
+    table = attention_table([files[r][1] for r in files])
+    medians = figures.attention_medians(table)
+    assert len(medians) == 3 * 2 * 2  # revisions x kinds x layers
+    one = table[(table["revision"] == "step9") & (table["kind"] == "qk") & (table["layer"] == 0)]
+    row = medians[(medians["revision"] == "step9") & (medians["kind"] == "qk") & (medians["layer"] == 0)]
+    assert row["effective_rank"].item() == pytest.approx(np.median(one["effective_rank"]))

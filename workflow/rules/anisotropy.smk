@@ -1,0 +1,54 @@
+# Anisotropy (Godey et al. 4.1): the registered `anisotropy` metric of every checkpoint
+# (rule compute_checkpoint_metric, from its hidden-state cache), then Figs. 2 and 3.
+from lmsat.degeneration import check_config as check_degeneration_config
+
+check_degeneration_config(CONFIG)
+
+
+localrules:
+    tabulate_anisotropy,
+    plot_anisotropy,
+
+
+rule tabulate_anisotropy:
+    input:
+        records=checkpoint_files("results/metrics/anisotropy/{model}/{revision}.json"),
+        loss="results/tables/loss.csv",
+    output:
+        layers="results/tables/anisotropy_layers.csv",
+        training="results/tables/anisotropy_training.csv",
+    log:
+        "logs/tabulate_anisotropy.log",
+    conda:
+        "../../envs/lmsat.yaml"
+    params:
+        models=list(MODELS),
+    script:
+        "../scripts/tabulate_anisotropy.py"
+
+
+rule plot_anisotropy:
+    input:
+        layers="results/tables/anisotropy_layers.csv",
+        training="results/tables/anisotropy_training.csv",
+    output:
+        fig2_png=report(
+            "results/figures/fig2_anisotropy_depth.png",
+            caption="../report/fig2_anisotropy_depth.rst",
+            category="Representation degeneration",
+        ),
+        fig2_pdf="results/figures/fig2_anisotropy_depth.pdf",
+        fig3_png=report(
+            "results/figures/fig3_anisotropy_training.png",
+            caption="../report/fig3_anisotropy_training.rst",
+            category="Representation degeneration",
+        ),
+        fig3_pdf="results/figures/fig3_anisotropy_training.pdf",
+    log:
+        "logs/plot_anisotropy.log",
+    conda:
+        "../../envs/lmsat.yaml"
+    params:
+        suites=CONFIG["figures"]["anisotropy_suites"],
+    script:
+        "../scripts/plot_anisotropy.py"

@@ -1,0 +1,41 @@
+# Low-rank attention along training (Kobayashi et al., beyond Godey et al.): per-head
+# metrics of W_Q^T W_K and W_O W_V from every checkpoint's attention file, and the figure.
+
+
+localrules:
+    tabulate_attention,
+    plot_attention,
+
+
+rule tabulate_attention:
+    input:
+        files=checkpoint_files("results/attention/{model}/{revision}.h5"),
+        identical="results/tables/identical_heads.csv",
+    output:
+        "results/tables/attention_lowrank.csv",
+    log:
+        "logs/tabulate_attention.log",
+    conda:
+        "../../envs/lmsat.yaml"
+    params:
+        models=list(MODELS),
+    script:
+        "../scripts/tabulate_attention.py"
+
+
+rule plot_attention:
+    input:
+        "results/tables/attention_lowrank.csv",
+    output:
+        png=report(
+            "results/figures/attention_lowrank.png",
+            caption="../report/attention_lowrank.rst",
+            category="Low-rank attention",
+        ),
+        pdf="results/figures/attention_lowrank.pdf",
+    log:
+        "logs/plot_attention.log",
+    conda:
+        "../../envs/lmsat.yaml"
+    script:
+        "../scripts/plot_attention.py"

@@ -1,0 +1,159 @@
+# The softmax bottleneck (Godey et al. 5.1, App. B): rank-constrained heads W = A B trained
+# on a frozen model's cached last-layer representations, one job per (model, r, peak lr);
+# per (model, r) the lr with the lowest eval loss is kept. Fig. 6 (loss and accuracy vs r),
+# Fig. 8 (loss vs the W-error of the model's own head, from results/spectra of weights.smk)
+# and the ground-truth figure (n-gram W-error vs the truth, head loss vs the entropy rate).
+# Input functions and tables: bottleneck_common.smk.
+
+
+localrules:
+    tabulate_bottleneck,
+    plot_bottleneck,
+    plot_ground_truth,
+
+
+rule build_head_cache:
+    input:
+        unpack(head_cache_inputs),
+    output:
+        train=head_shards("train"),
+        eval=head_shards("eval"),
+        manifest="results/bottleneck/cache/{model}/manifest.json",
+    log:
+        "logs/build_head_cache/{model}.log",
+    benchmark:
+        "benchmarks/out/build_head_cache/{model}.tsv"
+    conda:
+        "../../envs/lmsat.yaml"
+    threads: CONFIG["threads"]
+    resources:
+        mem_mb=lambda wildcards, attempt: BOTTLENECK["cache_mem_mb"] * attempt,
+        runtime=lambda wildcards, attempt: BOTTLENECK["cache_runtime"] * attempt,
+        gpu=lambda wildcards: 1 if CONFIG["device"] == "cuda" else 0,
+    params:
+        model=model_params,
+        tokenizer=lambda wildcards: CONFIG["tokenizers"][
+            MODELS[wildcards.model].tokenizer
+        ],
+        corpora=HEAD_SET_CORPORA,
+        corpus_specs={
+            c: CONFIG["corpora"][c] for c in sorted(set(HEAD_SET_CORPORA.values()))
+        },
+        sample_corpus=CONFIG["sample"]["corpus"],
+        seq_len=CONFIG["sample"]["seq_len"],
+        train_tokens=BOTTLENECK["train_tokens"],
+        eval_tokens=BOTTLENECK["eval_tokens"],
+        pool_factor=BOTTLENECK["pool_factor"],
+        storage_dtype=BOTTLENECK["storage_dtype"],
+        chunk_tokens=BOTTLENECK["chunk_tokens"],
+        dtype=CONFIG["extraction"]["dtype"],
+        batch_size=CONFIG["extraction"]["batch_size"],
+        device=CONFIG["device"],
+        seed=CONFIG["seed"],
+        threads=CONFIG["threads"],
+    script:
+        "../scripts/build_head_cache.py"
+
+
+rule train_rank_head:
+    input:
+        manifest="results/bottleneck/cache/{model}/manifest.json",
+        train=head_shards("train"),
+        eval=head_shards("eval"),
+    output:
+        "results/bottleneck/runs/{model}/r{rank}/lr{lr}.json",
+    log:
+        "logs/train_rank_head/{model}/r{rank}/lr{lr}.log",
+    benchmark:
+        "benchmarks/out/train_rank_head/{model}/r{rank}/lr{lr}.tsv"
+    wildcard_constraints:
+        rank=r"\d+",
+        lr=_alternatives(HEAD_LRS),
+    conda:
+        "../../envs/lmsat.yaml"
+    threads: CONFIG["threads"]
+    resources:
+        mem_mb=lambda wildcards, attempt: BOTTLENECK["head_mem_mb"] * attempt,
+        runtime=lambda wildcards, attempt: BOTTLENECK["head_runtime"] * attempt,
+        gpu=lambda wildcards: 1 if CONFIG["device"] == "cuda" else 0,
+    params:
+        settings=train_settings(BOTTLENECK),
+        lr=lambda wildcards: HEAD_LRS[wildcards.lr],
+        state_dir=lambda wildcards: (
+            f"results/bottleneck/state/{wildcards.model}/r{wildcards.rank}/lr{wildcards.lr}"
+        ),
+        device=CONFIG["device"],
+        seed=CONFIG["seed"],
+        threads=CONFIG["threads"],
+    script:
+        "../scripts/train_rank_head.py"
+
+
+rule tabulate_bottleneck:
+    input:
+        runs=[run for model in BOTTLENECK["models"] for run in head_runs(model)],
+        manifests=expand(
+            "results/bottleneck/cache/{model}/manifest.json",
+            model=BOTTLENECK["models"],
+        ),
+        spectra=[final_spectrum(model) for model in BOTTLENECK["models"]],
+    output:
+        heads=report(
+            "results/tables/bottleneck_heads.csv",
+            caption="../report/bottleneck_heads.rst",
+            category="Softmax bottleneck",
+        ),
+        search="results/tables/bottleneck_lr_search.csv",
+    log:
+        "logs/tabulate_bottleneck.log",
+    conda:
+        "../../envs/lmsat.yaml"
+    params:
+        models=BOTTLENECK["models"],
+        rise_tolerance=BOTTLENECK["rise_tolerance"],
+    script:
+        "../scripts/tabulate_bottleneck.py"
+
+
+rule plot_bottleneck:
+    input:
+        heads="results/tables/bottleneck_heads.csv",
+    output:
+        fig6_png=report(
+            "results/figures/fig6_rank_heads.png",
+            caption="../report/fig6_rank_heads.rst",
+            category="Softmax bottleneck",
+        ),
+        fig6_pdf="results/figures/fig6_rank_heads.pdf",
+        fig8_png=report(
+            "results/figures/fig8_werror_loss.png",
+            caption="../report/fig8_werror_loss.rst",
+            category="Softmax bottleneck",
+        ),
+        fig8_pdf="results/figures/fig8_werror_loss.pdf",
+    log:
+        "logs/plot_bottleneck.log",
+    conda:
+        "../../envs/lmsat.yaml"
+    script:
+        "../scripts/plot_bottleneck.py"
+
+
+rule plot_ground_truth:
+    input:
+        curves="results/tables/ngram_ground_truth.csv",
+        heads=("results/tables/bottleneck_heads.csv" if heads_on_synthetic() else []),
+        language=TOY_LANGUAGE if heads_on_synthetic() else [],
+    output:
+        png=report(
+            "results/figures/ground_truth_bottleneck.png",
+            caption="../report/ground_truth_bottleneck.rst",
+            category="Softmax bottleneck",
+        ),
+        pdf="results/figures/ground_truth_bottleneck.pdf",
+    log:
+        "logs/plot_ground_truth.log",
+    conda:
+        "../../envs/lmsat.yaml"
+    script:
+        "../scripts/plot_ground_truth.py"

@@ -1,0 +1,88 @@
+# n-gram W-error of corpora (Godey et al. 5.1, Fig. 7): one job per corpus x tokenizer
+# counts the n-grams and takes every singular value of the context matrix; and the
+# ground-truth check on a small synthetic language whose true n-gram matrix is known.
+# Input functions and tables: bottleneck_common.smk.
+
+
+localrules:
+    tabulate_ngrams,
+    plot_ngram_werror,
+
+
+rule count_corpus_ngrams:
+    input:
+        unpack(ngram_inputs),
+    output:
+        "results/ngrams/{corpus}/{tokenizer}.h5",
+    log:
+        "logs/count_corpus_ngrams/{corpus}/{tokenizer}.log",
+    benchmark:
+        "benchmarks/out/count_corpus_ngrams/{corpus}/{tokenizer}.tsv"
+    conda:
+        "../../envs/lmsat.yaml"
+    resources:
+        mem_mb=lambda wildcards, attempt: NGRAMS["mem_mb"] * attempt,
+        runtime=lambda wildcards, attempt: NGRAMS["runtime"] * attempt,
+        gpu=lambda wildcards: 1 if CONFIG["device"] == "cuda" else 0,
+    params:
+        corpus=lambda wildcards: CONFIG["corpora"][wildcards.corpus],
+        tokenizer=lambda wildcards: CONFIG["tokenizers"][wildcards.tokenizer],
+        order=NGRAMS["order"],
+        max_tokens=NGRAMS["max_tokens"],
+        device=CONFIG["device"],
+    script:
+        "../scripts/count_corpus_ngrams.py"
+
+
+rule ngram_ground_truth:
+    output:
+        "results/tables/ngram_ground_truth.csv",
+    log:
+        "logs/ngram_ground_truth.log",
+    conda:
+        "../../envs/lmsat.yaml"
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    params:
+        language=NGRAMS["ground_truth"]["language"],
+        sample_sizes=NGRAMS["ground_truth"]["sample_sizes"],
+        order=NGRAMS["order"],
+        seed=CONFIG["seed"],
+    script:
+        "../scripts/ngram_ground_truth.py"
+
+
+rule tabulate_ngrams:
+    input:
+        expand(
+            "results/ngrams/{corpus}/{tokenizer}.h5",
+            corpus=NGRAM_CORPORA,
+            tokenizer=NGRAM_TOKENIZERS,
+        ),
+    output:
+        "results/tables/ngram_werror.csv",
+    log:
+        "logs/tabulate_ngrams.log",
+    conda:
+        "../../envs/lmsat.yaml"
+    script:
+        "../scripts/tabulate_ngrams.py"
+
+
+rule plot_ngram_werror:
+    input:
+        "results/tables/ngram_werror.csv",
+    output:
+        png=report(
+            "results/figures/fig7_ngram_werror.png",
+            caption="../report/fig7_ngram_werror.rst",
+            category="Softmax bottleneck",
+        ),
+        pdf="results/figures/fig7_ngram_werror.pdf",
+    log:
+        "logs/plot_ngram_werror.log",
+    conda:
+        "../../envs/lmsat.yaml"
+    script:
+        "../scripts/plot_ngram_werror.py"

@@ -1,0 +1,55 @@
+# LM-head spectra along training (Godey et al. 4.2): the tables, the identical-heads check
+# (EleutherAI/pythia#205), Fig. 4 (normalised spectra) and Fig. 5 (singular entropy).
+
+
+localrules:
+    tabulate_spectra,
+    plot_spectra,
+
+
+rule tabulate_spectra:
+    input:
+        checkpoint_files("results/spectra/{model}/{revision}.h5"),
+    output:
+        spectra="results/tables/spectra.csv",
+        entropy="results/tables/singular_entropy.csv",
+        identical=report(
+            "results/tables/identical_heads.csv",
+            caption="../report/identical_heads.rst",
+            category="Representation degeneration",
+        ),
+    log:
+        "logs/tabulate_spectra.log",
+    conda:
+        "../../envs/lmsat.yaml"
+    params:
+        models=list(MODELS),
+    script:
+        "../scripts/tabulate_spectra.py"
+
+
+rule plot_spectra:
+    input:
+        spectra="results/tables/spectra.csv",
+        entropy="results/tables/singular_entropy.csv",
+    output:
+        fig4_png=report(
+            "results/figures/fig4_head_spectra.png",
+            caption="../report/fig4_head_spectra.rst",
+            category="Representation degeneration",
+        ),
+        fig4_pdf="results/figures/fig4_head_spectra.pdf",
+        fig5_png=report(
+            "results/figures/fig5_singular_entropy.png",
+            caption="../report/fig5_singular_entropy.rst",
+            category="Representation degeneration",
+        ),
+        fig5_pdf="results/figures/fig5_singular_entropy.pdf",
+    log:
+        "logs/plot_spectra.log",
+    conda:
+        "../../envs/lmsat.yaml"
+    params:
+        power=CONFIG["spectra"]["entropy_power"],
+    script:
+        "../scripts/plot_spectra.py"

@@ -1,0 +1,15 @@
+"""Rule plot_attention: low-rank attention signatures along training, a row per model."""
+
+import pandas as pd
+
+from lmsat.figures_degeneration import plot_attention_lowrank
+from lmsat.io import setup_logging
+
+
+def main(snakemake):
+    setup_logging(snakemake.log[0])
+    plot_attention_lowrank(pd.read_csv(snakemake.input[0]), [snakemake.output.png, snakemake.output.pdf])
+
+
+if __name__ == "__main__":
+    main(snakemake)  # noqa: F821 (injected by Snakemake's script directive)

@@ -1,0 +1,15 @@
+"""Rule plot_ngram_werror: Fig. 7 from results/tables/ngram_werror.csv."""
+
+import pandas as pd
+
+from lmsat.figures_bottleneck import plot_ngram_werror
+from lmsat.io import setup_logging
+
+
+def main(snakemake):
+    setup_logging(snakemake.log[0])
+    plot_ngram_werror(pd.read_csv(snakemake.input[0]), [snakemake.output.png, snakemake.output.pdf])
+
+
+if __name__ == "__main__":
+    main(snakemake)  # noqa: F821 (injected by Snakemake's script directive)

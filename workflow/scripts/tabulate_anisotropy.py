@@ -1,0 +1,18 @@
+"""Rule tabulate_anisotropy: the tables of Figs. 2 and 3 from the anisotropy records."""
+
+import pandas as pd
+
+from lmsat.degeneration import anisotropy_tables, write_csv
+from lmsat.io import read_json, setup_logging
+
+
+def main(snakemake):
+    setup_logging(snakemake.log[0])
+    records = [read_json(path) for path in snakemake.input.records]
+    layers, training = anisotropy_tables(records, pd.read_csv(snakemake.input.loss), snakemake.params.models)
+    write_csv(layers, snakemake.output.layers)
+    write_csv(training, snakemake.output.training)
+
+
+if __name__ == "__main__":
+    main(snakemake)  # noqa: F821 (injected by Snakemake's script directive)

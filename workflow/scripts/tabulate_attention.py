@@ -1,0 +1,16 @@
+"""Rule tabulate_attention: per-head low-rank attention metrics of every checkpoint."""
+
+import pandas as pd
+
+from lmsat.degeneration import attention_table, write_csv
+from lmsat.io import setup_logging
+
+
+def main(snakemake):
+    setup_logging(snakemake.log[0])
+    identical = pd.read_csv(snakemake.input.identical)
+    write_csv(attention_table(list(snakemake.input.files), identical, snakemake.params.models), snakemake.output[0])
+
+
+if __name__ == "__main__":
+    main(snakemake)  # noqa: F821 (injected by Snakemake's script directive)

@@ -1,0 +1,33 @@
+"""Rule tabulate_bottleneck: the best learning rate per (model, r), the reference rows and
+the W-error of each model's own head (the tables behind Figs. 6 and 8)."""
+
+import logging
+
+from lmsat.bottleneck import heads_tables, monotone_violations
+from lmsat.degeneration import read_spectrum, write_csv
+from lmsat.io import read_json, setup_logging
+
+log = logging.getLogger(__name__)
+
+
+def main(snakemake):
+    setup_logging(snakemake.log[0])
+    inputs, params = snakemake.input, snakemake.params
+    runs = [read_json(path) for path in inputs.runs]
+    manifests = {m["model"]: m for m in (read_json(path) for path in inputs.manifests)}
+    spectra = {model: read_spectrum(path)[0] for model, path in zip(params.models, inputs.spectra)}
+    heads, search = heads_tables(runs, manifests, spectra, params.rise_tolerance)
+    for row in heads[heads["kind"] == "full_head"].itertuples():
+        top = heads[(heads["model"] == row.model) & (heads["kind"] == "low_rank") & (heads["rank"] == row.hidden_size)]
+        if not top.empty:
+            gap = float(top["loss_gap"].iloc[0])
+            log.info("%s: rank-d head %.4f vs own head %.4f (gap %+.4f, %.1f standard errors)", row.model,
+                     top["eval_loss"].iloc[0], row.eval_loss, gap, gap / row.reference_loss_sem)
+    for model, low, high in monotone_violations(heads, slack=2 * heads["reference_loss_sem"].max()):
+        log.warning("%s: the rank-%d head's loss exceeds the rank-%d head's by more than noise", model, high, low)
+    write_csv(heads, snakemake.output.heads)
+    write_csv(search, snakemake.output.search)
+
+
+if __name__ == "__main__":
+    main(snakemake)  # noqa: F821 (injected by Snakemake's script directive)

@@ -1,0 +1,16 @@
+"""Rule tabulate_spectra: tables of Figs. 4 and 5, and the revisions with identical heads."""
+
+from lmsat.degeneration import spectra_tables, write_csv
+from lmsat.io import setup_logging
+
+
+def main(snakemake):
+    setup_logging(snakemake.log[0])
+    spectra, entropy, identical = spectra_tables(list(snakemake.input), snakemake.params.models)
+    write_csv(spectra, snakemake.output.spectra)
+    write_csv(entropy, snakemake.output.entropy)
+    write_csv(identical, snakemake.output.identical)
+
+
+if __name__ == "__main__":
+    main(snakemake)  # noqa: F821 (injected by Snakemake's script directive)
