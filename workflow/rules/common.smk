@@ -126,4 +126,6 @@ def final_outputs():
         ]
         + bottleneck_outputs()
         + ngram_outputs()
+        + evaluation_outputs()
+        + scaling_outputs()
     )

@@ -1,0 +1,123 @@
+# Each model's best and final checkpoints, and their zero-shot downstream evaluation with
+# the LM Evaluation Harness (Table 1): one job per model x checkpoint kind x task.
+# Input functions: saturation_common.smk.
+
+
+localrules:
+    select_checkpoints,
+    build_offline_tasks,
+    write_storycloze_task,
+    make_table1,
+
+
+checkpoint select_checkpoints:
+    input:
+        "results/tables/loss.csv",
+    output:
+        "results/tables/best_final.csv",
+    log:
+        "logs/select_checkpoints.log",
+    conda:
+        "../../envs/lmsat.yaml"
+    script:
+        "../scripts/select_checkpoints.py"
+
+
+rule build_offline_tasks:
+    input:
+        "results/corpora/synthetic/eval.txt",
+    output:
+        expand(
+            "results/evaluation/tasks/{name}.{ext}",
+            name=OFFLINE_TASKS,
+            ext=("yaml", "jsonl"),
+        ),
+    log:
+        "logs/build_offline_tasks.log",
+    conda:
+        "../../envs/lmsat.yaml"
+    params:
+        n_docs=EVALUATION["offline_docs"],
+        n_choices=EVALUATION["offline_choices"],
+        seed=CONFIG["seed"],
+    script:
+        "../scripts/build_offline_tasks.py"
+
+
+rule write_storycloze_task:
+    input:
+        storycloze_files,
+    output:
+        "results/evaluation/tasks/storycloze_2016.yaml",
+    log:
+        "logs/write_storycloze_task.log",
+    conda:
+        "../../envs/lmsat.yaml"
+    params:
+        data_dir=EVALUATION["storycloze_dir"],
+    script:
+        "../scripts/write_storycloze_task.py"
+
+
+rule evaluate_checkpoint:
+    input:
+        unpack(evaluation_inputs),
+    output:
+        "results/evaluation/{model}/{kind}/{task}.json",
+    log:
+        "logs/evaluate_checkpoint/{model}/{kind}/{task}.log",
+    benchmark:
+        "benchmarks/out/evaluate_checkpoint/{model}/{kind}/{task}.tsv"
+    conda:
+        "../../envs/lmsat.yaml"
+    threads: CONFIG["threads"]
+    resources:
+        mem_mb=lambda wildcards, input, attempt: (
+            500 if reuses_final(input) else EVALUATION["mem_mb"] * attempt
+        ),
+        runtime=lambda wildcards, input, attempt: (
+            5 if reuses_final(input) else EVALUATION["runtime"] * attempt
+        ),
+        gpu=lambda wildcards, input: (
+            1 if CONFIG["device"] == "cuda" and not reuses_final(input) else 0
+        ),
+    params:
+        revision=lambda wildcards: selected_revision(wildcards.model, wildcards.kind),
+        model=model_params,
+        include_path=lambda wildcards: TASK_DIR if task_files(wildcards.task) else None,
+        lmeval={
+            key: EVALUATION[key]
+            for key in (
+                "batch_size",
+                "limit",
+                "num_fewshot",
+                "dtype",
+                "bootstrap_iters",
+            )
+        },
+        device=CONFIG["device"],
+        threads=CONFIG["threads"],
+    script:
+        "../scripts/evaluate_checkpoint.py"
+
+
+rule make_table1:
+    input:
+        records=evaluation_records(),
+    output:
+        csv=report(
+            "results/tables/table1.csv",
+            caption="../report/table1.rst",
+            category="Saturation",
+        ),
+        md="results/tables/table1.md",
+        tex="results/tables/table1.tex",
+    log:
+        "logs/make_table1.log",
+    conda:
+        "../../envs/lmsat.yaml"
+    params:
+        tasks=EVALUATION["tasks"],
+        config_sha256=CONFIG_SHA256,
+    script:
+        "../scripts/make_table1.py"

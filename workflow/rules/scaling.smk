@@ -1,0 +1,66 @@
+# Saturation against a Chinchilla-style scaling law (Fig. 1b): each model's parameter
+# count, the fit of A and alpha on the larger models, and every model's best and final
+# checkpoints compared with the law (shortfall in %). Input functions: saturation_common.smk.
+
+
+localrules:
+    fit_scaling_law,
+    plot_scaling_law,
+
+
+rule count_model_parameters:
+    input:
+        weights=checkpoint_weights,
+    output:
+        "results/params/{model}.json",
+    log:
+        "logs/count_model_parameters/{model}.log",
+    retries: 2  # it downloads the model's config.json from the hub
+    conda:
+        "../../envs/lmsat.yaml"
+    resources:
+        mem_mb=1000,
+        runtime=10,
+    params:
+        model=model_params,
+    script:
+        "../scripts/count_model_parameters.py"
+
+
+rule fit_scaling_law:
+    input:
+        selection="results/tables/best_final.csv",
+        counts=parameter_counts(),
+    output:
+        fit="results/tables/scaling_fit.csv",
+        shortfall="results/tables/scaling_shortfall.csv",
+    log:
+        "logs/fit_scaling_law.log",
+    conda:
+        "../../envs/lmsat.yaml"
+    params:
+        scaling=SCALING,
+        n_params={name: model.n_params for name, model in MODELS.items()},
+        seed=CONFIG["seed"],
+        config_sha256=CONFIG_SHA256,
+    script:
+        "../scripts/fit_scaling_law.py"
+
+
+rule plot_scaling_law:
+    input:
+        fit="results/tables/scaling_fit.csv",
+        shortfall="results/tables/scaling_shortfall.csv",
+    output:
+        png=report(
+            "results/figures/fig1b_scaling.png",
+            caption="../report/fig1b_scaling.rst",
+            category="Saturation",
+        ),
+        pdf="results/figures/fig1b_scaling.pdf",
+    log:
+        "logs/plot_scaling_law.log",
+    conda:
+        "../../envs/lmsat.yaml"
+    script:
+        "../scripts/plot_scaling_law.py"

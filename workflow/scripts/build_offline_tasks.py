@@ -1,0 +1,27 @@
+"""Rule build_offline_tasks: lm-eval tasks over the synthetic eval corpus (no network).
+
+Writes synthetic_ppl (rolling perplexity of whole documents) and synthetic_mc (last word
+among frequency-drawn distractors) as task YAMLs + JSONL data into one directory, which the
+evaluation jobs pass to lm-eval as include_path.
+"""
+
+import logging
+from pathlib import Path
+
+from lmsat.evaluation import write_offline_tasks
+from lmsat.io import setup_logging
+
+log = logging.getLogger(__name__)
+
+
+def main(snakemake):
+    setup_logging(snakemake.log[0])
+    params = snakemake.params
+    docs = Path(snakemake.input[0]).read_text(encoding="utf-8").splitlines()
+    out_dir = Path(snakemake.output[0]).parent
+    names = write_offline_tasks(out_dir, docs, n_docs=params.n_docs, n_choices=params.n_choices, seed=params.seed)
+    log.info("wrote tasks %s (%d documents each) into %s", names, params.n_docs, out_dir)
+
+
+if __name__ == "__main__":
+    main(snakemake)  # noqa: F821 (injected by Snakemake's script directive)

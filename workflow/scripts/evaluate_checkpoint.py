@@ -1,0 +1,62 @@
+"""Rule evaluate_checkpoint: one lm-eval task on a model's best or final checkpoint, as JSON.
+
+The JSON holds the model, checkpoint kind, revision and task, a status, and lm-eval's
+results (lmsat.evaluation.run_lmeval). A task whose data must be downloaded by hand
+(storycloze_2016 without evaluation.storycloze_dir) is written with status "skipped" and the
+message saying how to get it, so that the other tasks and Table 1 still get built. A best
+checkpoint that is also the final one copies the final job's JSON instead of rerunning.
+"""
+
+import logging
+import os
+from pathlib import Path
+
+from lmsat.io import read_json, setup_logging, write_json
+
+log = logging.getLogger(__name__)
+
+
+def main(snakemake):
+    setup_logging(snakemake.log[0])
+    params, wildcards = snakemake.params, snakemake.wildcards
+    record = dict(model=wildcards.model, checkpoint=wildcards.kind, revision=params.revision, task=wildcards.task)
+    if "same_as" in snakemake.input.keys():
+        final = read_json(snakemake.input.same_as)
+        log.info("%s: best checkpoint %s is the final one; reusing %s", wildcards.model, params.revision, snakemake.input.same_as)
+        write_json(snakemake.output[0], {**final, **record, "reused_from": snakemake.input.same_as})
+        return
+
+    # Read by datasets / huggingface_hub when they are imported, so set before any import.
+    if params.include_path:
+        os.environ["HF_DATASETS_OFFLINE"] = "1"  # the pipeline wrote the task data locally
+    if params.model["source"] != "hub":
+        os.environ["HF_HUB_OFFLINE"] = "1"  # toy and local checkpoints are on disk
+    import torch
+
+    from lmsat.config import ModelEntry
+    from lmsat.evaluation import ManualDownloadRequired, run_lmeval
+    from lmsat.models import resolve_device
+
+    torch.set_num_threads(params.threads)
+    model = ModelEntry(**params.model)
+    target = str(Path(model.id) / params.revision) if model.source == "local" else model.id
+    try:
+        results = run_lmeval(
+            target,
+            params.revision,
+            [wildcards.task],
+            **params.lmeval,
+            device=resolve_device(params.device),
+            cache_dir=model.cache_dir,
+            local_files_only=model.local_files_only,
+            include_path=params.include_path,
+        )
+        status, message = "done", ""
+    except ManualDownloadRequired as error:
+        log.warning("skipping task %s (shown as missing in Table 1): %s", wildcards.task, error)
+        results, status, message = {}, "skipped", str(error)
+    write_json(snakemake.output[0], {**record, "status": status, "message": message, "results": results})
+
+
+if __name__ == "__main__":
+    main(snakemake)  # noqa: F821 (injected by Snakemake's script directive)

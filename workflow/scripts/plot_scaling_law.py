@@ -1,0 +1,17 @@
+"""Rule plot_scaling_law: Fig. 1b from scaling_fit.csv and scaling_shortfall.csv."""
+
+import pandas as pd
+
+from lmsat.figures_saturation import plot_scaling_fit
+from lmsat.io import setup_logging
+
+
+def main(snakemake):
+    setup_logging(snakemake.log[0])
+    fit = pd.read_csv(snakemake.input.fit).iloc[0]
+    points = pd.read_csv(snakemake.input.shortfall)
+    plot_scaling_fit(points, fit, [snakemake.output.png, snakemake.output.pdf])
+
+
+if __name__ == "__main__":
+    main(snakemake)  # noqa: F821 (injected by Snakemake's script directive)

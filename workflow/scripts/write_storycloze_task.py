@@ -1,0 +1,15 @@
+"""Rule write_storycloze_task: a storycloze_2016 task reading the manually downloaded CSVs."""
+
+from pathlib import Path
+
+from lmsat.evaluation import write_storycloze_task
+from lmsat.io import setup_logging
+
+
+def main(snakemake):
+    setup_logging(snakemake.log[0])
+    write_storycloze_task(Path(snakemake.output[0]).parent, snakemake.params.data_dir)
+
+
+if __name__ == "__main__":
+    main(snakemake)  # noqa: F821 (injected by Snakemake's script directive)
