@@ -69,8 +69,10 @@ def test_cache_files_are_complete_and_consistent(default_run):
     with h5py.File(workdir / "results/samples/synthetic/toy.h5") as f:
         sha = f.attrs["sha256"]
         n_seq, seq_len = f["tokens"].shape
-    with h5py.File(workdir / "results/cache/toy-d64/step1000.h5") as f:
-        assert f.attrs["complete"] and f.attrs["sample_sha256"] == sha and f.attrs["revision"] == "step1000"
+    table = pd.read_csv(workdir / "results/tables/loss.csv")
+    final = table[(table["model"] == "toy-d64") & table["is_final"]]["revision"].item()
+    with h5py.File(workdir / f"results/cache/toy-d64/{final}.h5") as f:
+        assert f.attrs["complete"] and f.attrs["sample_sha256"] == sha and f.attrs["revision"] == final
         assert f["hidden"].shape == (n_seq * seq_len, 64) and f["loss"].shape == (n_seq, seq_len - 1)
         assert np.isfinite(f["loss"][...]).all()
     assert not list((workdir / "results/cache").rglob("*.parts"))
