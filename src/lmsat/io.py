@@ -49,6 +49,11 @@ def setup_logging(log_path: str | None = None, level=logging.INFO) -> None:
     logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s %(message)s", handlers=handlers, force=True)
     logging.captureWarnings(True)
 
+    def log_uncaught(kind, value, tb):  # the job's log must hold the error Snakemake shows
+        logging.getLogger("lmsat").critical("uncaught exception", exc_info=(kind, value, tb))
+
+    sys.excepthook = log_uncaught
+
 
 def library_versions() -> dict[str, str]:
     """Versions of the libraries that shape a result (recorded in every output)."""
