@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 import scipy.sparse
+import scipy.sparse.csgraph
 
 from lmsat.werror import frobenius_norm, gram_spectrum, w_error_curve
 
@@ -25,6 +26,30 @@ def test_gram_spectrum_matches_dense_svd(shape):
         assert sigma.shape == (min(shape),)
         np.testing.assert_allclose(sigma, expected, atol=1e-6, rtol=0)
         assert np.all(np.diff(sigma) <= 0)
+
+
+def test_gram_spectrum_of_an_ngram_like_matrix_splits_into_blocks_and_matches_dense_svd():
+    """Rows with one next token (most n-gram contexts), a few shared-token blocks, unused
+    columns: the per-block eigensolve must give the spectrum of the whole matrix."""
+    rng = np.random.default_rng(3)
+    n_cols = 60
+    single = np.zeros((120, n_cols))
+    single[np.arange(120), rng.integers(0, 40, size=120)] = 1.0  # one-hot rows
+    blocks = np.zeros((30, n_cols))
+    for row in range(30):  # three groups of columns that share contexts
+        group = np.arange(10) + 10 * (row % 3)
+        blocks[row, rng.choice(group, size=3, replace=False)] = rng.dirichlet(np.ones(3))
+    dense = np.vstack([single, blocks])[rng.permutation(150)]  # columns 40..59 unused
+    n_blocks, _ = scipy.sparse.csgraph.connected_components(
+        scipy.sparse.csr_matrix(dense.T @ dense), directed=False
+    )
+    assert n_blocks > 3  # the fast path is exercised
+    expected = np.linalg.svd(dense, compute_uv=False)
+    for device in (None, "cpu"):
+        sigma = gram_spectrum(scipy.sparse.csr_matrix(dense), device=device)
+        np.testing.assert_allclose(sigma, expected, atol=1e-6, rtol=0)
+        sigma_t = gram_spectrum(scipy.sparse.csr_matrix(dense.T), device=device)
+        np.testing.assert_allclose(sigma_t, expected, atol=1e-6, rtol=0)
 
 
 def test_gram_spectrum_with_torch_eigensolver_matches_scipy():

@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.linalg
 import scipy.sparse
+import scipy.sparse.csgraph
 
 
 def gram_spectrum(matrix, device: str | None = None) -> np.ndarray:
@@ -26,18 +27,20 @@ def gram_spectrum(matrix, device: str | None = None) -> np.ndarray:
 
     Eigenvalues of the Gram matrix of the smaller side (M^T M if V <= C else M M^T),
     computed in float64 with a symmetric eigensolver; sigma = sqrt(max(lambda, 0))
-    (round-off can make zero eigenvalues tiny negatives). Rows/columns that are all zero
-    only add zero singular values, so they are dropped before the dense eigensolve and
-    the zeros are put back: the result always has min(C, V) entries.
+    (round-off can make zero eigenvalues tiny negatives). For sparse input the Gram matrix
+    is split into its connected blocks (columns that never share a row do not interact),
+    each solved on its own; all-zero rows/columns only add zero singular values. The
+    result always has min(C, V) entries.
 
     Accuracy: the squared singular values come out with an absolute error of about
     1e-16 * sigma_max^2, which is exactly the quantity W-error sums; individual tiny
     singular values (below ~1e-8 sigma_max) are not resolved, and W-error does not need them.
 
-    Cost: the dense eigensolve, O(k^3) time and k^2 float64 of memory for k used columns
-    (k = 50k, Pythia's vocabulary: 20 GB). device=None uses scipy in place (no second
-    copy); device="cuda" (or "cpu") uses torch.linalg.eigvalsh on that device, which
-    needs a second k x k copy but is much faster on a GPU (and ~1.5x on CPU with MKL).
+    Cost: the dense eigensolves, O(sum k_b^3) time and k_max^2 float64 of memory for
+    blocks of k_b columns (at worst one block of V = 50k columns, Pythia's vocabulary:
+    20 GB). device=None uses scipy in place (no second copy); device="cuda" (or "cpu")
+    uses torch.linalg.eigvalsh on that device, which needs a second copy of each block
+    but is much faster on a GPU (and ~1.5x on CPU with MKL).
     """
     if not (scipy.sparse.issparse(matrix) or isinstance(matrix, np.ndarray)):
         raise ValueError(
@@ -55,30 +58,52 @@ def gram_spectrum(matrix, device: str | None = None) -> np.ndarray:
         matrix = scipy.sparse.csr_matrix(matrix, dtype=np.float64)
         if n_rows < n_cols:  # Gram of the small side
             matrix = matrix.T.tocsr()  # (V, C) -> now rows >= cols
-        # Drop all-zero columns: they only contribute zero singular values.
-        used_columns = np.flatnonzero(np.diff(matrix.tocsc().indptr))
-        matrix = matrix[:, used_columns]
-        gram = (matrix.T @ matrix).toarray()  # (k, k) float64, k = used columns
+        gram = (matrix.T @ matrix).tocsr()  # (V, V) sparse: tokens that share a context
+        eigenvalues = _block_eigenvalues(gram, device)
     else:
         matrix = np.asarray(matrix, dtype=np.float64)
         if n_rows < n_cols:
             matrix = matrix.T
         matrix = matrix[:, np.any(matrix != 0, axis=0)]
-        gram = matrix.T @ matrix  # (k, k)
+        eigenvalues = _dense_eigenvalues(matrix.T @ matrix, device)  # (k, k) Gram
 
-    if gram.shape[0] == 0:
-        return np.zeros(n_singular)
-    if device is None:
-        eigenvalues = scipy.linalg.eigvalsh(gram, overwrite_a=True, check_finite=False)
-    else:
-        import torch  # only this path needs it
-
-        gram_tensor = torch.from_numpy(gram).to(device)
-        del gram
-        eigenvalues = torch.linalg.eigvalsh(gram_tensor).cpu().numpy()  # ascending
-        del gram_tensor
-    singular_values = np.sqrt(np.clip(eigenvalues[::-1], 0.0, None))  # (k,) descending
+    singular_values = np.sqrt(np.clip(np.sort(eigenvalues)[::-1], 0.0, None))  # descending
+    singular_values = singular_values[:n_singular]
     return np.concatenate([singular_values, np.zeros(n_singular - singular_values.size)])
+
+
+def _block_eigenvalues(gram, device: str | None) -> np.ndarray:
+    """Eigenvalues of a sparse symmetric Gram matrix, one connected block at a time.
+
+    Two columns interact only if some row holds both (two tokens seen after one context).
+    In n-gram matrices most contexts have a single next token, so the co-occurrence graph
+    splits into one large component and many small ones; the spectrum is the union of
+    the blocks' spectra, and a dense solve per block costs sum k_b^3 instead of k^3.
+    All-zero columns are isolated with a zero diagonal: they add the zero eigenvalues.
+    """
+    n_blocks, labels = scipy.sparse.csgraph.connected_components(gram, directed=False)
+    sizes = np.bincount(labels, minlength=n_blocks)
+    diagonal = gram.diagonal()
+    eigenvalues = [diagonal[sizes[labels] == 1]]  # 1 x 1 blocks are their own eigenvalue
+    order = np.argsort(labels, kind="stable")
+    starts = np.concatenate([[0], np.cumsum(sizes)])
+    for block in np.flatnonzero(sizes > 1):
+        members = order[starts[block] : starts[block + 1]]
+        eigenvalues.append(_dense_eigenvalues(gram[members][:, members].toarray(), device))
+    return np.concatenate(eigenvalues)
+
+
+def _dense_eigenvalues(gram: np.ndarray, device: str | None) -> np.ndarray:
+    """Eigenvalues of a dense symmetric matrix, (k,) unordered; overwrites `gram`."""
+    if gram.shape[0] == 0:
+        return np.zeros(0)
+    if device is None:  # divide and conquer: ~1.6x faster than the default MRRR here
+        return scipy.linalg.eigvalsh(gram, overwrite_a=True, check_finite=False, driver="evd")
+    import torch  # only this path needs it
+
+    gram_tensor = torch.from_numpy(gram).to(device)
+    del gram
+    return torch.linalg.eigvalsh(gram_tensor).cpu().numpy()
 
 
 def w_error_curve(
