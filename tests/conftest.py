@@ -1,8 +1,9 @@
-"""Shared fixtures: the repository root, the schema, and a tiny saved GPT-NeoX."""
+"""Shared fixtures: the repository root, the schema, a tiny GPT-NeoX, and a shrunk toy config."""
 
 from __future__ import annotations
 
 import copy
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,14 @@ SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
 @pytest.fixture
 def default_config() -> dict:
     return copy.deepcopy(load_yaml(ROOT / "config" / "config.yaml"))
+
+
+def script(name):
+    """A workflow script (workflow/scripts/<name>.py) as a module, to call its main(job)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "workflow" / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture(scope="session")
@@ -48,3 +57,44 @@ def word_tokenizer(words):
     core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     return PreTrainedTokenizerFast(tokenizer_object=core, eos_token="<|endoftext|>", bos_token="<|endoftext|>", unk_token="<unk>")
+
+
+def small_toy_config(models=("toy-d16", "toy-d32"), n_seq=256, chunk=2) -> dict:
+    """The default toy config, shrunk for workflow tests: `models` x 2 revisions (step0 and
+    the final step16), an eval sample of `n_seq` sequences of 32 tokens cached `chunk`
+    sequences at a time, short training, and small later stages."""
+    config = copy.deepcopy(load_yaml(ROOT / "config" / "config.yaml"))
+    config.update(device="cpu", threads=1, metrics=["loss"])
+    config["toy"].update(
+        language={"vocab_size": 256, "order": 2, "groups": 4, "support": 24},
+        train_tokens=20000,
+        eval_tokens=20000,
+        doc_tokens=256,
+        num_layers=1,
+        seq_len=32,
+        batch_size=8,
+        max_steps=16,
+    )
+    suite = config["suites"]["toy"]
+    suite["tokens_per_step"] = 8 * 32
+    suite["revisions"] = {"schedule": "toy", "subsample": 2}  # step0 and the final step
+    suite["models"] = [m for m in suite["models"] if m["name"] in models]
+    for section in config.values():  # sections naming models (bottleneck, evaluation): kept ones only
+        if isinstance(section, dict) and isinstance(section.get("models"), list):
+            section["models"] = [m for m in section["models"] if m in models]
+    config["sample"].update(n_tokens=n_seq * 32, seq_len=32, pool_factor=2)
+    # batch 1, `chunk` sequences per chunk: many chunks, so an extraction can be caught mid-way
+    config["extraction"].update(batch_size=1, chunk_sequences=chunk, layer_sample=256)
+    config.setdefault("scaling", {})["min_params"] = 1  # both tiny models enter a fit
+    # later stages, small (they run once the workflow's final outputs include them)
+    if "evaluation" in config:
+        config["evaluation"].update(offline_docs=20)
+    if "bottleneck" in config:
+        config["bottleneck"].update(
+            ranks=[1, 4], train_tokens=8192, eval_tokens=2048, shard_tokens=8192, seq_len=32,
+            batch_sequences=4, steps=10, lr_count=1, save_every=5,
+        )
+    if "ngrams" in config:
+        config["ngrams"].update(max_tokens=20000)
+        config["ngrams"].setdefault("ground_truth", {})["sample_sizes"] = [1000, 10000]
+    return config

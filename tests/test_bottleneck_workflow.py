@@ -3,7 +3,6 @@ sample, the sharded head-training cache against a direct forward of a tiny GPT-N
 true n-gram matrix of a synthetic language against enumeration, the tables behind Figs. 6
 and 8, the rule scripts run as Snakemake runs them, and the config checks."""
 
-import importlib.util
 import itertools
 import json
 import logging
@@ -24,17 +23,9 @@ from lmsat.heads import HeadTrainConfig, ShardedRepresentations, lr_grid, train_
 from lmsat.synthetic import LanguageSpec, build_language
 from lmsat.werror import w_error_curve
 
-from conftest import ROOT, SCHEMA, word_tokenizer
+from conftest import SCHEMA, script, word_tokenizer
 
-SCRIPTS = ROOT / "workflow" / "scripts"
 WORDS = [f"w{i}" for i in range(35)]  # + eos, unk = 37 tokenizer entries for the 40-row head
-
-
-def script(name):
-    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def werror_dense(matrix) -> np.ndarray:
@@ -404,15 +395,17 @@ def test_ngram_scripts_write_the_tables(saved_model, tmp_path):
     script("count_corpus_ngrams").main(job)
     table = tmp_path / "ngram_werror.csv"
     script("tabulate_ngrams").main(SimpleNamespace(input=Namedlist([str(out)]), output=Namedlist([str(table)]),
-                                                    log=[str(tmp_path / "tab.log")]))
+                                                    log=[str(tmp_path / "tab.log")],
+                                                    params=SimpleNamespace(config_sha256="c0ffee")))
     curve = pd.read_csv(table)
     assert set(curve["kind"]) == {"empirical"} and curve["werror"].iloc[0] == pytest.approx(1.0)
+    assert (curve["config_sha256"] == "c0ffee").all() and "numpy_version" in curve  # provenance
     assert curve["n_tokens"].iloc[0] == 40 * 41 and (np.diff(curve["werror"]) <= 1e-12).all()
     truth = tmp_path / "truth.csv"
     script("ngram_ground_truth").main(SimpleNamespace(
         output=Namedlist([str(truth)]), log=[str(tmp_path / "truth.log")],
         params=SimpleNamespace(language=dict(vocab_size=8, order=2, groups=2, support=3, zipf_exponent=0.5, seed=0),
-                               sample_sizes=[1000, 20000], order=3, seed=0),
+                               sample_sizes=[1000, 20000], order=3, seed=0, config_sha256="c0ffee"),
     ))
     assert set(pd.read_csv(truth)["kind"]) == {"truth", "empirical", "buckets"}
 

@@ -140,5 +140,5 @@ def test_pythia_plan_is_offline_and_complete():
     result = _snakemake("-n", "--configfile", "config/pythia.yaml", "-q", "rules")
     assert result.returncode == 0, result.stderr[-2000:]
     counts = dict(line.split()[:2] for line in result.stdout.splitlines() if line.strip() and line.split()[-1].isdigit() and len(line.split()) == 2)
-    assert counts["extract_hidden_states"] == str(10 * 154)
+    assert counts["analyse_checkpoint"] == str(10 * 154)
     assert "train_toy_model" not in counts  # --configfile replaces the toy default

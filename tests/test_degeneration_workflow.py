@@ -3,7 +3,6 @@ metric on a real cache, the per-checkpoint weight files written by the rule's sc
 saved tiny GPT-NeoX, the tidy tables with the identical-heads check, and the figures."""
 
 import copy
-import importlib.util
 from types import SimpleNamespace
 
 import h5py
@@ -18,6 +17,7 @@ from lmsat.anisotropy import mean_pairwise_cosine_bruteforce
 from lmsat.attention import attention_lowrank
 from lmsat.cache import ExtractionSettings, extract_to_cache, open_cache
 from lmsat.config import ConfigError, ModelEntry, load_plan
+from lmsat.corpus import read_sample, write_sample
 from lmsat.degeneration import (
     IDENTICAL_COLUMNS,
     anisotropy_tables,
@@ -32,17 +32,9 @@ from lmsat.degeneration import (
 from lmsat.metrics import METRICS
 from lmsat.spectra import matrix_sha256, singular_entropy
 
-from conftest import ROOT, SCHEMA, word_tokenizer
+from conftest import SCHEMA, script, word_tokenizer
 
-SCRIPTS = ROOT / "workflow" / "scripts"
 WORDS = [f"w{i}" for i in range(35)]  # + eos, unk = 37 tokenizer entries for a 40-row head
-
-
-def script(name):
-    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def svd(matrix) -> np.ndarray:
@@ -98,10 +90,12 @@ def test_tokenizer_larger_than_head_names_the_fix():
         valid_head_rows(40, 50, True, tokenizer="toy")
 
 
-# ------------------------------------------------------------------ the weights job
+# ------------------------------------------------------------------ the checkpoint job
+
+SETTINGS = dict(batch_size=2, chunk_sequences=2, dtype="float32", storage_dtype="float32", layer_sample=16)
 
 
-def run_weights_job(model, revision, step, root, out):
+def run_checkpoint_job(model, revision, step, root, out):
     """The rule's script on a saved checkpoint, with the params the rule passes."""
     entry = ModelEntry(
         name="tiny", suite="s", source="local", id=str(root), hidden_size=16, vocab_size=40, n_params=0,
@@ -109,10 +103,15 @@ def run_weights_job(model, revision, step, root, out):
         allow_pickle=False, trust_remote_code=False, key="suites.s.models[0]",
     )
     model.save_pretrained(root / revision)
+    sample = root / "sample.h5"
+    if not sample.exists():
+        tokens = np.random.default_rng(0).integers(0, 37, size=(5, 8))
+        write_sample(sample, tokens, np.arange(5) * 8, {"corpus": "words"})
     spectra, attention = out / "spectra" / f"{revision}.h5", out / "attention" / f"{revision}.h5"
+    cache = out / "cache" / f"{revision}.h5"
     job = SimpleNamespace(
-        input=Namedlist(),
-        output=Namedlist(fromdict={"spectra": str(spectra), "attention": str(attention)}),
+        input=Namedlist(fromdict={"sample": str(sample)}),
+        output=Namedlist(fromdict={"cache": str(cache), "spectra": str(spectra), "attention": str(attention)}),
         log=[str(out / "logs" / f"{revision}.log")],
         wildcards=SimpleNamespace(model="tiny", revision=revision),
         params=SimpleNamespace(
@@ -120,12 +119,14 @@ def run_weights_job(model, revision, step, root, out):
             record=dict(suite="s", model="tiny", revision=revision, step=step, tokens=10 * step),
             tokenizer=dict(source="local", id=str(root / "tokenizer"), revision="main"),
             drop_padding_rows=True,
-            dtype="float32",
+            extraction=SETTINGS,
+            device="cpu",
+            seed=0,
             threads=1,
         ),
     )
-    script("analyse_checkpoint_weights").main(job)
-    return spectra, attention
+    script("analyse_checkpoint").main(job)
+    return spectra, attention, cache
 
 
 @pytest.fixture(scope="module")
@@ -139,16 +140,16 @@ def checkpoints(tiny_neox, tmp_path_factory):
         for parameter in later.parameters():
             parameter.add_(0.05 * torch.randn_like(parameter))
     files = {
-        "step0": run_weights_job(tiny_neox, "step0", 0, root, out),
-        "step5": run_weights_job(tiny_neox, "step5", 5, root, out),
-        "step9": run_weights_job(later, "step9", 9, root, out),
+        "step0": run_checkpoint_job(tiny_neox, "step0", 0, root, out),
+        "step5": run_checkpoint_job(tiny_neox, "step5", 5, root, out),
+        "step9": run_checkpoint_job(later, "step9", 9, root, out),
     }
-    return files, {"step0": tiny_neox, "step5": tiny_neox, "step9": later}
+    return files, {"step0": tiny_neox, "step5": tiny_neox, "step9": later}, root
 
 
-def test_weights_job_writes_spectrum_and_attention_files(checkpoints):
-    files, models = checkpoints
-    spectra_path, attention_path = files["step9"]
+def test_checkpoint_job_writes_spectrum_and_attention_files(checkpoints):
+    files, models, _ = checkpoints
+    spectra_path, attention_path, _ = files["step9"]
     s, attrs = read_spectrum(spectra_path)
     head = models["step9"].get_output_embeddings().weight.detach()
     np.testing.assert_allclose(s, svd(head[: len(WORDS) + 2]), rtol=1e-6)
@@ -163,8 +164,20 @@ def test_weights_job_writes_spectrum_and_attention_files(checkpoints):
         assert arrays[f"{record.kind}/balance_gap"][at] == pytest.approx(record.metrics.balance_gap, rel=1e-12)
 
 
+def test_checkpoint_job_cache_equals_a_direct_extraction(checkpoints, tmp_path):
+    files, models, root = checkpoints
+    tokens, sample = read_sample(root / "sample.h5")
+    direct = tmp_path / "direct.h5"
+    identity = dict(model="tiny", revision="step9", model_id=str(root), sample_sha256=sample["sha256"])
+    extract_to_cache(models["step9"].eval(), tokens, direct, identity=identity, settings=ExtractionSettings(**SETTINGS))
+    with h5py.File(files["step9"][2], "r") as job, h5py.File(direct, "r") as reference:
+        assert set(job) == set(reference)
+        for name in reference:
+            np.testing.assert_array_equal(job[name][...], reference[name][...], err_msg=name)
+
+
 def test_spectra_tables_flag_identical_heads(checkpoints, caplog):
-    files, _ = checkpoints
+    files, _, _ = checkpoints
     spectra, entropy, identical = spectra_tables([files[r][0] for r in ("step0", "step5", "step9")])
     assert list(identical.columns) == IDENTICAL_COLUMNS
     assert identical[["revision", "group", "identical_to"]].values.tolist() == [
@@ -185,14 +198,14 @@ def test_spectra_tables_flag_identical_heads(checkpoints, caplog):
 
 
 def test_no_identical_heads_gives_an_empty_table_with_columns(checkpoints):
-    files, _ = checkpoints
+    files, _, _ = checkpoints
     _, entropy, identical = spectra_tables([files["step0"][0], files["step9"][0]])
     assert identical.empty and list(identical.columns) == IDENTICAL_COLUMNS
     assert not entropy["identical_head"].any()
 
 
 def test_attention_table_is_one_row_per_checkpoint_layer_head_kind(checkpoints):
-    files, models = checkpoints
+    files, models, _ = checkpoints
     _, _, identical = spectra_tables([files[r][0] for r in files])
     table = attention_table([files[r][1] for r in files], identical)
     assert len(table) == 3 * 2 * 2 * 2  # revisions x layers x heads x kinds
@@ -251,7 +264,7 @@ def test_figure_suites_are_checked_against_the_config(default_config):
 
 
 def test_every_figure_is_written_as_png_and_pdf(checkpoints, tmp_path):
-    files, _ = checkpoints
+    files, _, _ = checkpoints
     records = anisotropy_records()
     layers, training = anisotropy_tables(records, loss_frame(records))
     spectra, entropy, identical = spectra_tables([files[r][0] for r in files])
@@ -275,7 +288,7 @@ def test_every_figure_is_written_as_png_and_pdf(checkpoints, tmp_path):
 
 
 def test_attention_medians_are_medians_over_heads(checkpoints):
-    files, _ = checkpoints
+    files, _, _ = checkpoints
     table = attention_table([files[r][1] for r in files])
     medians = figures.attention_medians(table)
     assert len(medians) == 3 * 2 * 2  # revisions x kinds x layers

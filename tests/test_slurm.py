@@ -21,7 +21,6 @@ on 2 cores (most of it Python start-up of ~20 jobs, twice, and SLURM polling).
 
 from __future__ import annotations
 
-import copy
 import os
 import re
 import subprocess
@@ -33,9 +32,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lmsat.config import load_yaml
-
-from conftest import ROOT
+from conftest import ROOT, small_toy_config
 
 SLURM_DIR = ROOT / "tests" / "slurm"
 STATE = Path(os.environ.get("LMSAT_SLURM_STATE", "/tmp/lmsat-slurm"))
@@ -63,42 +60,7 @@ pytestmark = pytest.mark.skipif(
 
 def small_config() -> dict:
     """The default toy config, shrunk: 2 models x 2 revisions, a short sample and training."""
-    config = copy.deepcopy(load_yaml(ROOT / "config" / "config.yaml"))
-    config.update(device="cpu", threads=1, metrics=["loss"])
-    config["toy"].update(
-        language={"vocab_size": 256, "order": 2, "groups": 4, "support": 24},
-        train_tokens=20000,
-        eval_tokens=20000,
-        doc_tokens=256,
-        num_layers=1,
-        seq_len=32,
-        batch_size=8,
-        max_steps=16,
-    )
-    suite = config["suites"]["toy"]
-    suite["tokens_per_step"] = 8 * 32
-    suite["revisions"] = {"schedule": "toy", "subsample": 2}  # step0 and the final step
-    kept = ("toy-d16", "toy-d32")
-    suite["models"] = [m for m in suite["models"] if m["name"] in kept]
-    for section in config.values():  # sections naming models (bottleneck, evaluation): kept ones only
-        if isinstance(section, dict) and isinstance(section.get("models"), list):
-            section["models"] = [m for m in section["models"] if m in kept]
-    config["sample"].update(n_tokens=N_SEQ * 32, seq_len=32, pool_factor=2)
-    # batch 1, 2 sequences per chunk: 128 chunks, so an extraction can be caught mid-way
-    config["extraction"].update(batch_size=1, chunk_sequences=CHUNK, layer_sample=256)
-    config.setdefault("scaling", {})["min_params"] = 1  # both tiny models enter a fit
-    # later stages, small (they run once the workflow's final outputs include them)
-    if "evaluation" in config:
-        config["evaluation"].update(offline_docs=20)
-    if "bottleneck" in config:
-        config["bottleneck"].update(
-            ranks=[1, 4], train_tokens=8192, eval_tokens=2048, shard_tokens=8192, seq_len=32,
-            batch_sequences=4, steps=10, lr_count=1, save_every=5,
-        )
-    if "ngrams" in config:
-        config["ngrams"].update(max_tokens=20000)
-        config["ngrams"].setdefault("ground_truth", {})["sample_sizes"] = [1000, 10000]
-    return config
+    return small_toy_config(("toy-d16", "toy-d32"), n_seq=N_SEQ, chunk=CHUNK)
 
 
 def run(args: list[str], cwd: Path, name: str = "snakemake", timeout: float = RUN_TIMEOUT_S):
@@ -174,7 +136,7 @@ class ExtractionKiller(threading.Thread):
 
     def kill(self, parts: Path):
         model, revision = parts.parent.name, parts.name.removesuffix(".h5.parts")
-        comment = f"rule_extract_hidden_states_wildcards_{model}_{revision}"
+        comment = f"rule_analyse_checkpoint_wildcards_{model}_{revision}"
         running = [i for i, job in slurm_jobs().items() if job["comment"] == comment and job["state"] == "RUNNING"]
         chunks = len(list(parts.glob("chunk_*.npz")))  # done before the kill: a lower bound
         if len(running) != 1 or subprocess.run(["scancel", running[0]], capture_output=True).returncode:
@@ -240,7 +202,7 @@ def test_every_non_local_job_ran_as_a_completed_slurm_job(runs):
     blocks = job_blocks(runs["log"])
     remote = [(rule, outputs) for local, rule, outputs in blocks if not local]
     local_rules = {rule for local, rule, _ in blocks if local}
-    assert {"build_synthetic_language", "train_toy_model", "extract_hidden_states", "compute_checkpoint_metric"} <= {
+    assert {"build_synthetic_language", "train_toy_model", "analyse_checkpoint", "compute_checkpoint_metric"} <= {
         rule for rule, _ in remote
     }
     assert local_rules <= declared_localrules() | {"all"}, "a rule ran on the submitting node without being a localrule"
@@ -265,7 +227,7 @@ def test_gpu_rules_ask_slurm_for_a_gpu_and_metric_jobs_share_group_jobs(runs):
     for job_id, job in runs["jobs"].items():
         if job["name"].startswith("lmsat_"):
             by_comment.setdefault(job["comment"].split("_wildcards_")[0], []).append(job_id)
-    for job_id in by_comment["rule_extract_hidden_states"]:
+    for job_id in by_comment["rule_analyse_checkpoint"]:
         assert scontrol_job(job_id).get("TresPerJob") == "gres:gpu:1"
     for job_id in by_comment["rule_train_toy_model"]:
         assert "TresPerJob" not in scontrol_job(job_id)
@@ -295,14 +257,14 @@ def test_killed_extraction_is_resubmitted_and_resumes_its_chunks(runs):
     killed = runs["killed"]
     assert killed is not None, "no extraction was caught mid-way (all finished before a chunk was seen)"
     assert runs["jobs"][killed["job_id"]]["state"] == "CANCELLED"
-    attempts = sorted((runs["slurm_dir"] / "logs" / "slurm" / "rule_extract_hidden_states"
+    attempts = sorted((runs["slurm_dir"] / "logs" / "slurm" / "rule_analyse_checkpoint"
                        / f"{killed['model']}_{killed['revision']}").glob("*.log"), key=lambda p: int(p.stem))
     assert [p.stem for p in attempts][0] == killed["job_id"] and len(attempts) == 2, attempts
     retry = attempts[1].stem
     assert runs["jobs"][retry]["state"] == "COMPLETED"
     assert "--attempt 2" in attempts[1].read_text()
 
-    log = (runs["slurm_dir"] / "logs" / "extract_hidden_states" / killed["model"] / f"{killed['revision']}.log").read_text()
+    log = (runs["slurm_dir"] / "logs" / "analyse_checkpoint" / killed["model"] / f"{killed['revision']}.log").read_text()
     n_chunks = N_SEQ // CHUNK
     resumed = re.search(rf"resuming \S+: (\d+) of {n_chunks} chunks already done", log)
     assert resumed, log[:2000]
@@ -322,13 +284,13 @@ def test_failing_job_fails_the_run_and_shows_its_log(runs):
     args = ["--configfile", str(runs["configfile"])] + SLURM_PROFILES + ["--retries", "0", target]
     failed = run(args, run_dir, name="failing")
     assert failed.returncode != 0
-    assert "Error in rule extract_hidden_states" in failed.stdout
+    assert "Error in rule analyse_checkpoint" in failed.stdout
     job_id = re.findall(r"has been submitted with SLURM jobid (\d+)", failed.stdout)[-1]
     assert slurm_jobs()[job_id]["state"] == "FAILED"
     error = "token sample results/samples/synthetic/toy.h5 is unreadable"
     assert error in slurm_logs(run_dir)[job_id]
     # show-failed-logs prints the rule's log (and, after it, the SLURM log) into the main log
     assert error in failed.stdout, (
-        "the failed job's log was not shown: its rule log logs/extract_hidden_states/toy-d16/step0.log "
+        "the failed job's log was not shown: its rule log logs/analyse_checkpoint/toy-d16/step0.log "
         "must hold the exception (Snakemake 9.27 stops showing logs at the first empty one)"
     )

@@ -41,7 +41,7 @@ def test_loss_table_and_figure(default_run):
     table = pd.read_csv(workdir / "results/tables/loss.csv")
     assert list(table.columns[:9]) == ["suite", "model", "revision", "step", "tokens", "loss", "loss_sem", "is_best", "is_final"]
     assert set(table["model"]) == {"toy-d16", "toy-d32", "toy-d64", "toy-d128"}
-    assert len(table) == 4 * 13
+    assert len(table) == 4 * 9  # toy schedule, log_base 4: steps 0, 1, 4, 16, 64, 200, 400, 600, 800
     assert (table.groupby("model")["is_best"].sum() == 1).all() and (table.groupby("model")["is_final"].sum() == 1).all()
     for name in ("fig1a_loss.png", "fig1a_loss.pdf"):
         assert (workdir / "results/figures" / name).stat().st_size > 10_000
@@ -56,12 +56,13 @@ def test_toy_losses_fall_and_stay_above_the_entropy_rate(default_run):
     for model, rows in table.groupby("model"):
         rows = rows.sort_values("step")
         assert rows["loss"].iloc[-1] < rows["loss"].iloc[0] - 1.0, model  # training helped
+        assert (rows["loss"].diff().dropna() < 0).all(), (model, rows["loss"].tolist())
         assert rows["loss"].min() > entropy_rate, model
         final[model] = rows["loss"].iloc[-1]
-    # The narrowest model ends worst and the widest best. The middle widths (d=32, 64) are
-    # within seed noise of each other after 800 steps (measured 3.45 vs 3.53 here, 3.65 vs
-    # 3.52 with another corpus seed), so their order is not asserted.
-    assert final["toy-d16"] == max(final.values()) and final["toy-d128"] == min(final.values())
+    # Wider models end lower (measured here: d16 3.17, d32 3.05, d64 3.00, d128 2.95, each
+    # +-0.013 standard error; the rank-d softmax floors are 3.00, 2.80, 2.76, 2.76).
+    widths = ["toy-d16", "toy-d32", "toy-d64", "toy-d128"]
+    assert [final[m] for m in widths] == sorted(final.values(), reverse=True), final
 
 
 def test_cache_files_are_complete_and_consistent(default_run):

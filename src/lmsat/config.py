@@ -25,6 +25,7 @@ from lmsat import schedules
 TOY_ORG = "lmsat-toy"
 TOY_HUB_CACHE = "results/toy/hub"
 TOY_TOKENIZER_DIR = "results/toy/tokenizer"
+WEIGHTS_DIR = "results/weights"  # one hub cache per hub checkpoint (rule fetch_checkpoint)
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
 PICKLE_FILES = ("pytorch_model.bin", "pytorch_model.bin.index.json")
 
@@ -59,14 +60,19 @@ class ModelEntry:
     trust_remote_code: bool  # run the repository's own code
     key: str  # config key of this model, for error messages
 
-    @property
-    def cache_dir(self) -> str | None:
-        """Hub cache holding the weights (the toy suite has its own, offline)."""
-        return TOY_HUB_CACHE if self.source == "toy" else None
+    def cache_dir(self, revision: str) -> str | None:
+        """Hub cache holding `revision`: the toy suite's own, or the one that rule
+        fetch_checkpoint fills for this hub checkpoint (None: a local directory)."""
+        if self.source == "toy":
+            return TOY_HUB_CACHE
+        if self.source == "hub":
+            return f"{WEIGHTS_DIR}/{self.name}/{revision}"
+        return None
 
     @property
     def local_files_only(self) -> bool:
-        return self.source == "toy"
+        """Jobs never download weights: toy, local and fetched hub checkpoints are on disk."""
+        return True
 
     def step(self, revision: str) -> int:
         return self.steps[self.revisions.index(revision)]
@@ -153,7 +159,7 @@ def _revisions(spec: dict, model: dict, suite: dict, config: dict, key: str):
     if schedule == "pythia":
         steps = schedules.pythia_steps()
     elif schedule == "toy":
-        steps = schedules.toy_steps(config["toy"]["max_steps"])
+        steps = schedules.toy_steps(config["toy"]["max_steps"], base=config["toy"]["log_base"])
     else:
         steps = None
     if steps is not None:

@@ -79,8 +79,9 @@ def iter_documents(spec: dict, name: str = "corpus") -> Iterator[str]:
         yield from _read_text_file(path, spec["text_field"])
 
 
-def build_token_pool(documents: Iterator[str], tokenizer, n_pool: int, max_documents: int = 0) -> np.ndarray:
-    """About `n_pool` tokens of whole documents joined with end-of-text. # (n,) int32"""
+def build_token_pool(documents: Iterator[str], tokenizer, n_pool: int, max_documents: int = 0, corpus: str = "") -> np.ndarray:
+    """About `n_pool` tokens of whole documents joined with end-of-text (`corpus`: its
+    name in config['corpora'], for errors). # (n,) int32"""
     eos = tokenizer.eos_token_id
     if eos is None:
         raise CorpusError("the tokenizer has no eos_token_id to separate documents")
@@ -92,7 +93,8 @@ def build_token_pool(documents: Iterator[str], tokenizer, n_pool: int, max_docum
         if total >= n_pool or (max_documents and count >= max_documents):
             break
     if not pieces:
-        raise CorpusError("the corpus has no documents")
+        where = f"corpus {corpus} (config key 'corpora.{corpus}')" if corpus else "the corpus"
+        raise CorpusError(f"{where} has no documents; point it at files or a dataset split with text")
     pool = np.concatenate(pieces)
     if pool.max() >= np.iinfo(np.int32).max:
         raise CorpusError("token ids do not fit int32")
@@ -145,7 +147,7 @@ def build_sample(corpus_spec: dict, corpus_name: str, tokenizer, tokenizer_name:
     """Build and write the eval token sample of (corpus, tokenizer); returns its SHA-256."""
     n_pool = sample["pool_factor"] * sample["n_tokens"]
     docs = iter_documents(corpus_spec, corpus_name)
-    pool = build_token_pool(docs, tokenizer, n_pool, corpus_spec["max_documents"])
+    pool = build_token_pool(docs, tokenizer, n_pool, corpus_spec["max_documents"], corpus=corpus_name)
     if pool.max() >= len(tokenizer):
         raise CorpusError(f"tokenizer {tokenizer_name} produced id {pool.max()} >= its size {len(tokenizer)}")
     tokens, starts = draw_windows(pool, sample["n_tokens"], sample["seq_len"], seed)

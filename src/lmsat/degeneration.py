@@ -41,6 +41,7 @@ import pandas as pd
 
 from lmsat.io import atomic_path, library_versions
 from lmsat.spectra import effective_rank, identical_heads, singular_entropy, stable_rank
+from lmsat.tables import with_provenance
 
 log = logging.getLogger(__name__)
 
@@ -365,8 +366,11 @@ def attention_table(
     return _in_order(table, model_order, ["step", "kind", "layer", "head"])
 
 
-def write_csv(table: pd.DataFrame, path) -> None:
-    """Write a table atomically (the file appears only once complete)."""
+def write_csv(table: pd.DataFrame, path, config_sha256: str | None = None) -> None:
+    """Write a table atomically (the file appears only once complete); with `config_sha256`,
+    an aggregated table also records the config and library versions that made it."""
+    if config_sha256 is not None:
+        table = with_provenance(table, config_sha256)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(path) as tmp:
         table.to_csv(tmp, index=False)

@@ -40,13 +40,32 @@ def read_json(path: str | Path):
         raise ValueError(f"{path} is unreadable or not JSON ({error}); delete it and rerun") from error
 
 
+SECRET_VARIABLES = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")  # hub tokens, read by huggingface_hub
+
+
+class RedactingFormatter(logging.Formatter):
+    """Writes `<HF_TOKEN>` wherever a token from the environment would appear in a log line
+    (an error message quoting a header or URL, say), tracebacks included."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        for name in SECRET_VARIABLES:
+            secret = os.environ.get(name, "")
+            if len(secret) >= 8:  # a real token; never mask short strings everywhere
+                text = text.replace(secret, f"<{name}>")
+        return text
+
+
 def setup_logging(log_path: str | None = None, level=logging.INFO) -> None:
-    """Send logging (and warnings) to the job's log file, and to stderr."""
+    """Send logging (and warnings) to the job's log file, and to stderr, tokens masked."""
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
     if log_path:
         Path(log_path).parent.mkdir(parents=True, exist_ok=True)
         handlers.append(logging.FileHandler(log_path, mode="w"))
-    logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s %(message)s", handlers=handlers, force=True)
+    formatter = RedactingFormatter("%(asctime)s %(name)s %(levelname)s %(message)s")
+    for handler in handlers:
+        handler.setFormatter(formatter)
+    logging.basicConfig(level=level, handlers=handlers, force=True)
     logging.captureWarnings(True)
 
     def log_uncaught(kind, value, tb):  # the job's log must hold the error Snakemake shows

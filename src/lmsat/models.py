@@ -1,8 +1,10 @@
 """Load checkpoints and tokenizers through the real `from_pretrained(name, revision=...)` path.
 
 Hub models (Pythia, OLMo, ...), local directories and the embedded toy suite all go
-through the same call; the toy suite lives in a hub cache of its own (results/toy/hub),
-so `from_pretrained("lmsat-toy/toy-d16", revision="step64", local_files_only=True)`
+through the same call, and never download: a hub checkpoint is read from the hub cache
+that rule fetch_checkpoint filled for it (results/weights/{model}/{revision},
+lmsat.fetch), the toy suite from its own (results/toy/hub), so
+`from_pretrained("lmsat-toy/toy-d16", revision="step64", local_files_only=True)`
 resolves its revision exactly as it would for Pythia.
 """
 
@@ -32,6 +34,17 @@ def resolve_device(device: str) -> str:
     return device
 
 
+def _load_hint(model: ModelEntry, error: Exception) -> str:
+    text = str(error)
+    if "safetensors" in text:
+        return " (only safetensors weights are accepted unless allow_pickle: true)"
+    if "trust_remote_code" in text or "custom code" in text:
+        return f" (its repository runs its own code: set trust_remote_code: true on {model.key} only if you trust it)"
+    if "model type" in text or "model_type" in text:
+        return " (an architecture this transformers version does not know: upgrade transformers)"
+    return ""
+
+
 def load_causal_lm(model: ModelEntry, revision: str, *, dtype: str = "float32", device: str = "cpu"):
     """The checkpoint `revision` of `model`, in eval mode on `device`."""
     import torch
@@ -48,12 +61,13 @@ def load_causal_lm(model: ModelEntry, revision: str, *, dtype: str = "float32", 
         target, kwargs["local_files_only"] = str(Path(model.id) / revision), True
     else:
         target = model.id
-        kwargs.update(revision=revision, cache_dir=model.cache_dir, local_files_only=model.local_files_only)
+        kwargs.update(revision=revision, cache_dir=model.cache_dir(revision), local_files_only=model.local_files_only)
     try:
         lm = AutoModelForCausalLM.from_pretrained(target, **kwargs)
     except (OSError, ValueError, EnvironmentError) as error:
-        hint = " (only safetensors weights are accepted unless allow_pickle: true)" if "safetensors" in str(error) else ""
-        raise ModelLoadError(f"cannot load model {model.name} ({model.id}) at revision {revision}{hint}: {error}") from error
+        raise ModelLoadError(
+            f"cannot load model {model.name} ({model.id}) at revision {revision}{_load_hint(model, error)}: {error}"
+        ) from error
     hidden = lm.config.get_text_config().hidden_size
     if hidden != model.hidden_size:
         raise ModelLoadError(

@@ -15,19 +15,25 @@ def pythia_steps() -> list[int]:
     return [0] + [2**i for i in range(10)] + list(range(1000, 143001, 1000))
 
 
-def toy_steps(max_steps: int, n_linear: int = 4) -> list[int]:
-    """A Pythia-like schedule for a short run: 0, powers of two, then `n_linear` even steps.
+def toy_steps(max_steps: int, n_linear: int = 4, base: int = 2) -> list[int]:
+    """A Pythia-like schedule for a short run: 0, powers of `base`, then `n_linear` even steps.
 
-    Powers of two stop below the first linear step, so the schedule is log-spaced early
-    (where the loss moves fast) and linear late (where saturation shows).
+    Powers stop below the first linear step, so the schedule is log-spaced early (where
+    the loss moves fast) and linear late (where saturation shows). Pythia's base is 2;
+    base 4 keeps the shape with half the early checkpoints (each costs a job per stage).
+
+    >>> toy_steps(800, base=4)
+    [0, 1, 4, 16, 64, 200, 400, 600, 800]
     """
     if max_steps < 1:
         raise ValueError(f"max_steps must be >= 1, got {max_steps}")
+    if base < 2:
+        raise ValueError(f"base must be >= 2, got {base}")
     every = max(1, max_steps // n_linear)
     linear = list(range(every, max_steps + 1, every))
     if linear[-1] != max_steps:
         linear.append(max_steps)
-    powers = [2**i for i in range(int(math.log2(every)) + 1) if 2**i < every]
+    powers = [base**i for i in range(int(math.log(every, base)) + 2) if base**i < every]
     return sorted(set([0] + powers + linear))
 
 

@@ -22,6 +22,7 @@ rule tabulate_anisotropy:
     conda:
         "../../envs/lmsat.yaml"
     params:
+        config_sha256=CONFIG_SHA256,
         models=list(MODELS),
     script:
         "../scripts/tabulate_anisotropy.py"

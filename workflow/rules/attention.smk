@@ -18,6 +18,7 @@ rule tabulate_attention:
     conda:
         "../../envs/lmsat.yaml"
     params:
+        config_sha256=CONFIG_SHA256,
         models=list(MODELS),
     script:
         "../scripts/tabulate_attention.py"

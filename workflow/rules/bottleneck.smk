@@ -1,7 +1,7 @@
 # The softmax bottleneck (Godey et al. 5.1, App. B): rank-constrained heads W = A B trained
 # on a frozen model's cached last-layer representations, one job per (model, r, peak lr);
 # per (model, r) the lr with the lowest eval loss is kept. Fig. 6 (loss and accuracy vs r),
-# Fig. 8 (loss vs the W-error of the model's own head, from results/spectra of weights.smk)
+# Fig. 8 (loss vs the W-error of the model's own head, from results/spectra of cache.smk)
 # and the ground-truth figure (n-gram W-error vs the truth, head loss vs the entropy rate).
 # Input functions and tables: bottleneck_common.smk.
 
@@ -27,7 +27,9 @@ rule build_head_cache:
         "../../envs/lmsat.yaml"
     threads: CONFIG["threads"]
     resources:
-        mem_mb=lambda wildcards, attempt: BOTTLENECK["cache_mem_mb"] * attempt,
+        mem_mb=lambda wildcards, attempt: model_mem_mb(
+            wildcards.model, BOTTLENECK["cache_mem_mb"], attempt
+        ),
         runtime=lambda wildcards, attempt: BOTTLENECK["cache_runtime"] * attempt,
         gpu=lambda wildcards: 1 if CONFIG["device"] == "cuda" else 0,
     params:
@@ -109,6 +111,7 @@ rule tabulate_bottleneck:
     conda:
         "../../envs/lmsat.yaml"
     params:
+        config_sha256=CONFIG_SHA256,
         models=BOTTLENECK["models"],
         rise_tolerance=BOTTLENECK["rise_tolerance"],
     script:

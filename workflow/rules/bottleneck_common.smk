@@ -32,7 +32,7 @@ def head_cache_inputs(wildcards):
     corpora = set(HEAD_SET_CORPORA.values())
     tokenizer = CONFIG["tokenizers"][MODELS[wildcards.model].tokenizer]
     return dict(
-        weights=checkpoint_weights(wildcards),
+        weights=final_checkpoint_weights(wildcards),
         corpora=[
             f for c in sorted(corpora) for f in corpus_inputs(CONFIG["corpora"][c])
         ],

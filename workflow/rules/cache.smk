@@ -1,28 +1,40 @@
-# The hidden-state cache: one forward of the eval sample per checkpoint, stored as HDF5.
+# One job per checkpoint loads it once and writes everything that needs its weights: the
+# LM-head spectrum (Godey et al. 4.2), the low-rank attention metrics (Kobayashi et al.)
+# and the hidden-state cache (one forward of the eval sample, stored as HDF5). Loading
+# (torch + transformers import, then the weights) costs more than the two weight analyses
+# together, so separate jobs would load every checkpoint twice (and fetch it twice).
 
 
-rule extract_hidden_states:
+rule analyse_checkpoint:
     input:
         sample=sample_of_model,
         weights=checkpoint_weights,
+        tokenizer=tokenizer_files,
     output:
-        "results/cache/{model}/{revision}.h5",
+        cache="results/cache/{model}/{revision}.h5",
+        spectra="results/spectra/{model}/{revision}.h5",
+        attention="results/attention/{model}/{revision}.h5",
     log:
-        "logs/extract_hidden_states/{model}/{revision}.log",
+        "logs/analyse_checkpoint/{model}/{revision}.log",
     benchmark:
-        "benchmarks/out/extract_hidden_states/{model}/{revision}.tsv"
+        "benchmarks/out/analyse_checkpoint/{model}/{revision}.tsv"
     conda:
         "../../envs/lmsat.yaml"
     threads: CONFIG["threads"]
     resources:
-        mem_mb=lambda wildcards, attempt: CONFIG["extraction"]["mem_mb"] * attempt,
+        mem_mb=lambda wildcards, attempt: model_mem_mb(
+            wildcards.model, CONFIG["extraction"]["mem_mb"], attempt
+        ),
         runtime=lambda wildcards, attempt: CONFIG["extraction"]["runtime"] * attempt,
         gpu=lambda wildcards: 1 if CONFIG["device"] == "cuda" else 0,
     params:
         model=model_params,
+        record=checkpoint_record,
+        tokenizer=lambda wildcards: model_tokenizer(wildcards.model),
+        drop_padding_rows=CONFIG["spectra"]["drop_padding_rows"],
         extraction=CONFIG["extraction"],
         device=CONFIG["device"],
         seed=CONFIG["seed"],
         threads=CONFIG["threads"],
     script:
-        "../scripts/extract_hidden_states.py"
+        "../scripts/analyse_checkpoint.py"

@@ -5,6 +5,7 @@ from pathlib import Path
 
 from lmsat.config import config_sha256, load_plan
 from lmsat.corpus import corpus_inputs
+from lmsat.fetch import checkpoint_disk_mb, estimated_parameters
 from lmsat.metrics import METRICS
 from snakemake.common.configfile import load_configfile
 from snakemake.utils import update_config
@@ -29,6 +30,12 @@ CONFIG_SHA256 = config_sha256(CONFIG)
 MODELS = PLAN.models
 TOY_LANGUAGE = "results/toy/language.h5"
 TOY_TOKENIZER = "results/toy/tokenizer/tokenizer.json"
+FETCH = CONFIG["fetch"]
+HUB_MODELS = [name for name, m in MODELS.items() if m.source == "hub"]
+CHECKPOINT_DISK_MB = {
+    name: checkpoint_disk_mb(MODELS[name], FETCH["bytes_per_param"])
+    for name in HUB_MODELS
+}
 
 
 def _alternatives(values):
@@ -59,15 +66,52 @@ def sample_of_model(wildcards):
     return PLAN.sample_path(MODELS[wildcards.model].tokenizer)
 
 
-def checkpoint_weights(wildcards):
-    """What must exist before a checkpoint can be loaded (the toy suite is built here)."""
-    if MODELS[wildcards.model].source == "toy":
-        return f"results/toy/models/{wildcards.model}.json"
+def fetched_checkpoint(path):
+    """The fetch rule's output; temp() so that Snakemake deletes it after its last consumer."""
+    return temp(directory(path)) if FETCH["remove_after_use"] else directory(path)
+
+
+def weights_of(model, revision):
+    """What must exist before `revision` of `model` can be loaded: the toy suite's trained
+    model, or the checkpoint fetched from the hub. ancient(): a checkpoint fetched again
+    (e.g. the best one for lm-eval, after its first copy was removed) is the same weights,
+    so its newer files must not rerun the finished jobs that read the first copy."""
+    entry = MODELS[model]
+    if entry.source == "toy":
+        return f"results/toy/models/{model}.json"
+    if entry.source == "hub":
+        return ancient(entry.cache_dir(revision))
     return []
+
+
+def checkpoint_weights(wildcards):
+    return weights_of(wildcards.model, wildcards.revision)
+
+
+def final_checkpoint_weights(wildcards):
+    return weights_of(wildcards.model, MODELS[wildcards.model].final_revision)
 
 
 def model_params(wildcards):
     return asdict(MODELS[wildcards.model])
+
+
+def model_tokenizer(model):
+    """config['tokenizers'] entry of `model`."""
+    return CONFIG["tokenizers"][MODELS[model].tokenizer]
+
+
+def tokenizer_files(wildcards):
+    """The toy tokenizer is built by the pipeline; others come with their checkpoint."""
+    return TOY_TOKENIZER if model_tokenizer(wildcards.model)["source"] == "toy" else []
+
+
+def model_mem_mb(model, base_mb, attempt):
+    """Memory of a job that loads `model`: the model in float32 (4 bytes a parameter, +20%)
+    beside the job's own `base_mb`; a retry after an OOM asks for `attempt` times that.
+    """
+    weights_mb = 4 * estimated_parameters(MODELS[model]) / 1e6
+    return int((base_mb + 1.2 * weights_mb) * attempt)
 
 
 def checkpoint_record(wildcards):

@@ -73,7 +73,9 @@ rule evaluate_checkpoint:
     threads: CONFIG["threads"]
     resources:
         mem_mb=lambda wildcards, input, attempt: (
-            500 if reuses_final(input) else EVALUATION["mem_mb"] * attempt
+            500
+            if reuses_final(input)
+            else model_mem_mb(wildcards.model, EVALUATION["mem_mb"], attempt)
         ),
         runtime=lambda wildcards, input, attempt: (
             5 if reuses_final(input) else EVALUATION["runtime"] * attempt

@@ -45,6 +45,7 @@ rule ngram_ground_truth:
         mem_mb=2000,
         runtime=10,
     params:
+        config_sha256=CONFIG_SHA256,
         language=NGRAMS["ground_truth"]["language"],
         sample_sizes=NGRAMS["ground_truth"]["sample_sizes"],
         order=NGRAMS["order"],
@@ -66,6 +67,8 @@ rule tabulate_ngrams:
         "logs/tabulate_ngrams.log",
     conda:
         "../../envs/lmsat.yaml"
+    params:
+        config_sha256=CONFIG_SHA256,
     script:
         "../scripts/tabulate_ngrams.py"
 

@@ -100,17 +100,20 @@ def evaluation_inputs(wildcards):
     # The selection is ancient(): best_final.csv is rewritten whenever loss.csv is (any
     # config change re-stamps loss.csv), but a best job must rerun only when its revision
     # (a param, so a rerun trigger) or the reused final JSON changes.
-    inputs = dict(
-        weights=checkpoint_weights(wildcards), tasks=task_files(wildcards.task)
-    )
-    if wildcards.kind == "final":
-        return inputs
     model = MODELS[wildcards.model]
+    tasks = task_files(wildcards.task)
+    if wildcards.kind == "final":
+        return dict(weights=weights_of(model.name, model.final_revision), tasks=tasks)
     selection = ancient(checkpoints.select_checkpoints.get().output[0])
-    if selected_revision(model.name, "best") == model.final_revision:
+    best = selected_revision(model.name, "best")
+    if best == model.final_revision:
         final = f"results/evaluation/{model.name}/final/{wildcards.task}.json"
         return dict(selection=selection, same_as=final)
-    return dict(inputs, selection=selection)
+    if model.source == "hub":  # a copy of its own (rule fetch_best_checkpoint)
+        weights = f"results/weights/best/{model.name}/{best}"
+    else:
+        weights = weights_of(model.name, best)
+    return dict(weights=weights, tasks=tasks, selection=selection)
 
 
 def reuses_final(input):

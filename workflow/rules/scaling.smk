@@ -10,12 +10,11 @@ localrules:
 
 rule count_model_parameters:
     input:
-        weights=checkpoint_weights,
+        weights=final_checkpoint_weights,
     output:
         "results/params/{model}.json",
     log:
         "logs/count_model_parameters/{model}.log",
-    retries: 2  # it downloads the model's config.json from the hub
     conda:
         "../../envs/lmsat.yaml"
     resources:

@@ -23,6 +23,7 @@ rule tabulate_spectra:
     conda:
         "../../envs/lmsat.yaml"
     params:
+        config_sha256=CONFIG_SHA256,
         models=list(MODELS),
     script:
         "../scripts/tabulate_spectra.py"

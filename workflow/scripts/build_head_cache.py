@@ -39,7 +39,7 @@ def draw_sets(params, tokenizer, sample_path):
             sample = (tokens, starts)
             n_pool += tokens.size  # its windows are excluded, so read that much more
         spec = params.corpus_specs[corpus]
-        pool = build_token_pool(iter_documents(spec, corpus), tokenizer, n_pool, spec["max_documents"])
+        pool = build_token_pool(iter_documents(spec, corpus), tokenizer, n_pool, spec["max_documents"], corpus=corpus)
         if pool.max() >= len(tokenizer):
             raise CorpusError(f"tokenizer produced id {pool.max()} >= its size {len(tokenizer)}")
         if sample is not None:

@@ -2,7 +2,8 @@
 
 Read from the config of the model's final revision, never from its weights: GPT-NeoX configs
 are counted from their shapes (lmsat.scaling.count_parameters), other families by building
-the model on the meta device (no memory). Needs only config.json from the hub or disk.
+the model on the meta device (no memory). Needs only config.json, on disk: the toy hub, a
+local directory, or the final checkpoint fetched by rule fetch_checkpoint.
 """
 
 import logging
@@ -26,7 +27,7 @@ def count_model_parameters(model) -> dict:
         target, kwargs = str(Path(model.id) / revision), dict(local_files_only=True)
     else:
         target = model.id
-        kwargs = dict(revision=revision, cache_dir=model.cache_dir, local_files_only=model.local_files_only)
+        kwargs = dict(revision=revision, cache_dir=model.cache_dir(revision), local_files_only=model.local_files_only)
     try:
         config = AutoConfig.from_pretrained(target, trust_remote_code=model.trust_remote_code, **kwargs)
     except (OSError, ValueError) as error:
@@ -51,8 +52,7 @@ def main(snakemake):
     from lmsat.config import ModelEntry
 
     model = ModelEntry(**snakemake.params.model)
-    if model.source != "hub":
-        os.environ["HF_HUB_OFFLINE"] = "1"  # on disk: never ask the hub
+    os.environ["HF_HUB_OFFLINE"] = "1"  # on disk: never ask the hub
     counts = count_model_parameters(model)
     log.info("%s", counts)
     write_json(snakemake.output[0], counts)

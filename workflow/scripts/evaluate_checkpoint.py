@@ -30,7 +30,7 @@ def main(snakemake):
     if params.include_path:
         os.environ["HF_DATASETS_OFFLINE"] = "1"  # the pipeline wrote the task data locally
     if params.model["source"] != "hub":
-        os.environ["HF_HUB_OFFLINE"] = "1"  # toy and local checkpoints are on disk
+        os.environ["HF_HUB_OFFLINE"] = "1"  # nothing to download (hub runs may fetch task data)
     import torch
 
     from lmsat.config import ModelEntry
@@ -40,6 +40,9 @@ def main(snakemake):
     torch.set_num_threads(params.threads)
     model = ModelEntry(**params.model)
     target = str(Path(model.id) / params.revision) if model.source == "local" else model.id
+    cache_dir = model.cache_dir(params.revision)
+    if model.source == "hub":  # the copy fetched for this job (a best revision has its own)
+        cache_dir = snakemake.input.weights
     try:
         results = run_lmeval(
             target,
@@ -47,7 +50,7 @@ def main(snakemake):
             [wildcards.task],
             **params.lmeval,
             device=resolve_device(params.device),
-            cache_dir=model.cache_dir,
+            cache_dir=cache_dir,
             local_files_only=model.local_files_only,
             include_path=params.include_path,
         )

@@ -30,7 +30,7 @@ def main(snakemake):
                  spectrum["n_contexts"], spectra["truth"]["n_contexts"], gap)
         tables.append(curve)
     tables.append(curve_rows(spectra["buckets"], **common, kind="buckets", n_tokens=0, n_contexts=language.n_contexts))
-    write_csv(pd.concat(tables, ignore_index=True)[TABLE_COLUMNS], snakemake.output[0])
+    write_csv(pd.concat(tables, ignore_index=True)[TABLE_COLUMNS], snakemake.output[0], snakemake.params.config_sha256)
 
 
 if __name__ == "__main__":

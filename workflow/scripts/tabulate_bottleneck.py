@@ -25,8 +25,8 @@ def main(snakemake):
                      top["eval_loss"].iloc[0], row.eval_loss, gap, gap / row.reference_loss_sem)
     for model, low, high in monotone_violations(heads, slack=2 * heads["reference_loss_sem"].max()):
         log.warning("%s: the rank-%d head's loss exceeds the rank-%d head's by more than noise", model, high, low)
-    write_csv(heads, snakemake.output.heads)
-    write_csv(search, snakemake.output.search)
+    write_csv(heads, snakemake.output.heads, snakemake.params.config_sha256)
+    write_csv(search, snakemake.output.search, snakemake.params.config_sha256)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ def main(snakemake):
             if "truth_singular_values" in f:
                 truth = dict(attrs, n_tokens=0, n_contexts=float(f.attrs["truth_n_contexts"]))
                 tables.append(curve_rows(f["truth_singular_values"][...], **truth, kind="truth"))
-    write_csv(pd.concat(tables, ignore_index=True)[TABLE_COLUMNS], snakemake.output[0])
+    write_csv(pd.concat(tables, ignore_index=True)[TABLE_COLUMNS], snakemake.output[0], snakemake.params.config_sha256)
 
 
 if __name__ == "__main__":

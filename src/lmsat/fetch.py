@@ -1,0 +1,266 @@
+"""Fetch one checkpoint of a hub model into a hub cache of its own, retrying transient faults.
+
+Rule `fetch_checkpoint` runs this once per (hub model, revision); every job that loads the
+checkpoint then reads it offline with the usual call
+
+    AutoModelForCausalLM.from_pretrained("EleutherAI/pythia-160m", revision="step1000",
+        cache_dir="results/weights/pythia-160m/step1000", local_files_only=True)
+
+so all hub traffic for weights happens here, where it is retried:
+
+- transient faults (connection refused or reset, timeouts, HTTP 5xx, 429, 408) are retried
+  with exponential backoff (`with_backoff`);
+- permanent ones (unknown repository or revision, gated or disabled repository, offline
+  mode without the files, no safetensors weights) fail at once, with a message naming the
+  model, the revision and the fix.
+
+Before it downloads, a fetch waits until the files (as the hub sizes them) fit on the disk
+with `min_free_mb` left free (`wait_for_space`): other jobs delete the checkpoints they are
+done with, so fetching cannot run ahead of them until the disk is full.
+
+Only safetensors weights are fetched unless the model allows pickle (.bin) files, and the
+repository's Python files only when it trusts them. huggingface_hub reads the token from
+HF_TOKEN itself; it is never an argument here, nor a config key, nor logged.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from lmsat.config import ModelEntry
+
+log = logging.getLogger(__name__)
+
+RETRY_STATUS = (408, 429)  # besides 5xx: request timeout, rate limited
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    attempts: int = 5  # tries of one download, the first included
+    first_wait_s: float = 10.0  # wait before the second try; doubled before each later one
+    max_wait_s: float = 300.0  # cap of one wait
+
+    def wait_s(self, failed_attempt: int) -> float:
+        """Seconds to wait after the `failed_attempt`-th try (1-based) failed."""
+        return min(self.max_wait_s, self.first_wait_s * 2 ** (failed_attempt - 1))
+
+
+class FetchError(RuntimeError):
+    """A checkpoint could not be fetched; the message names model, revision and the fix."""
+
+
+def _causes(error: BaseException):
+    """`error` and the exceptions it was raised from, outermost first."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        yield error
+        error = error.__cause__ or error.__context__
+
+
+def _transport_errors() -> tuple[type, ...]:
+    """Connection and timeout errors of the HTTP clients huggingface_hub may use."""
+    classes: list[type] = [ConnectionError, TimeoutError]
+    for module, names in (("httpx2", ("TransportError",)), ("httpx", ("TransportError",)),
+                          ("requests", ("ConnectionError", "Timeout"))):
+        try:
+            imported = __import__(module)
+        except ImportError:
+            continue
+        classes += [getattr(imported, name) for name in names if hasattr(imported, name)]
+    return tuple(classes)
+
+
+def is_transient(error: BaseException) -> bool:
+    """Whether trying again later may succeed: network trouble or an overloaded hub, not a
+    missing repository or revision, a gated repository or a deliberately offline machine.
+
+    huggingface_hub re-raises a failed hub call as LocalEntryNotFoundError (no cached copy)
+    from the original error, so the chain of causes is what decides.
+    """
+    from huggingface_hub import errors as hub
+
+    permanent = (
+        hub.OfflineModeIsEnabled,  # HF_HUB_OFFLINE=1: a ConnectionError, but on purpose
+        hub.RepositoryNotFoundError,  # also GatedRepoError
+        hub.RevisionNotFoundError,
+        hub.EntryNotFoundError,
+        hub.DisabledRepoError,
+        hub.HFValidationError,
+        FetchError,
+    )
+    transport = _transport_errors()
+    for cause in _causes(error):
+        if isinstance(cause, hub.LocalEntryNotFoundError):  # "not cached": why is in its cause
+            continue
+        if isinstance(cause, permanent):
+            return False
+        if isinstance(cause, hub.HfHubHTTPError):
+            status = getattr(getattr(cause, "response", None), "status_code", None)
+            return status is not None and (status >= 500 or status in RETRY_STATUS)
+        if isinstance(cause, transport):
+            return True
+    return False
+
+
+def with_backoff(call, policy: RetryPolicy, *, what: str, sleep=time.sleep):
+    """`call()`, tried up to policy.attempts times while it fails with a transient error."""
+    for attempt in range(1, policy.attempts + 1):
+        try:
+            return call()
+        except Exception as error:
+            if attempt == policy.attempts or not is_transient(error):
+                raise
+            wait = policy.wait_s(attempt)
+            log.warning("%s: try %d of %d failed (%s: %s); trying again in %.0f s",
+                        what, attempt, policy.attempts, type(error).__name__, error, wait)
+            sleep(wait)
+
+
+def allow_patterns(model: ModelEntry) -> list[str]:
+    """Files of a revision to fetch: config, tokenizer and safetensors weights; pickle (.bin)
+    weights only when the model allows them, Python files only when it trusts them."""
+    patterns = ["*.json", "*.safetensors", "*.txt", "*.model"]
+    if model.allow_pickle:
+        patterns.append("*.bin")
+    if model.trust_remote_code:
+        patterns.append("*.py")
+    return patterns
+
+
+def check_weights(snapshot: Path, model: ModelEntry, revision: str) -> None:
+    """Refuse a snapshot without loadable weights (e.g. a revision with only .bin files)."""
+    files = sorted(p.name for p in Path(snapshot).iterdir())
+    weights = [f for f in files if f.endswith(".safetensors") or (model.allow_pickle and f.endswith(".bin"))]
+    if not weights:
+        fix = (
+            f"set allow_pickle: true on {model.key} if you trust this repository's pickle files"
+            if not model.allow_pickle
+            else "check the revision on the hub"
+        )
+        raise FetchError(
+            f"model {model.name} ({model.id}) at revision {revision} has no "
+            f"{'safetensors or .bin' if model.allow_pickle else 'safetensors'} weights "
+            f"(files: {', '.join(files) or 'none'}). Fix: {fix}"
+        )
+
+
+def _fix(error: BaseException, model: ModelEntry, revision: str, cache_dir, policy: RetryPolicy) -> str:
+    from huggingface_hub import errors as hub
+
+    for cause in _causes(error):
+        if isinstance(cause, hub.OfflineModeIsEnabled) or "HF_HUB_OFFLINE" in str(cause):
+            return f"unset HF_HUB_OFFLINE and rerun, or put the checkpoint's hub cache in {cache_dir} beforehand"
+        if isinstance(cause, hub.GatedRepoError):
+            return "accept the repository's terms on the hub and export HF_TOKEN, then rerun"
+        if isinstance(cause, hub.RepositoryNotFoundError):
+            return f"check the hub id ({model.key}.id), or export HF_TOKEN for a private repository"
+        if isinstance(cause, hub.RevisionNotFoundError):
+            return f"check the revisions of {model.key} (the hub has no {revision!r})"
+    if is_transient(error):
+        return f"the hub was unreachable for {policy.attempts} tries; rerun later (finished jobs are kept)"
+    return "see the error above"
+
+
+def download_mb(model: ModelEntry, revision: str, patterns: list[str]) -> float | None:
+    """MB the files of `revision` matching `patterns` take, as the hub lists them; None when
+    the hub cannot tell (offline, unreachable: the download then decides what happens)."""
+    from huggingface_hub import HfApi
+    from huggingface_hub.utils import filter_repo_objects
+
+    try:
+        info = HfApi().model_info(model.id, revision=revision, files_metadata=True)
+    except Exception as error:
+        log.info("size of %s@%s unknown (%s: %s)", model.id, revision, type(error).__name__, error)
+        return None
+    files = filter_repo_objects(info.siblings or [], allow_patterns=patterns, key=lambda f: f.rfilename)
+    return sum(f.size or 0 for f in files) / 1e6
+
+
+def free_mb(path) -> float:
+    """Free MB on the filesystem that holds `path` (or would, once created)."""
+    path = Path(path).absolute()
+    while not path.exists():
+        path = path.parent
+    return shutil.disk_usage(path).free / 1e6
+
+
+def wait_for_space(path, need_mb: float, reserve_mb: float, max_wait_s: float, *, sleep=time.sleep,
+                   poll_s: float = 60.0) -> None:
+    """Return once `need_mb` fits on the disk of `path` with `reserve_mb` left over; wait
+    (other jobs delete the checkpoints they are done with) for up to `max_wait_s`, then fail.
+
+    This is the back-pressure that keeps fetching from running ahead of the jobs that read
+    the checkpoints (e.g. one GPU extracting while fetches complete faster) until the disk
+    is full."""
+    waited = 0.0
+    while (free := free_mb(path)) < need_mb + reserve_mb:
+        if waited >= max_wait_s:
+            raise FetchError(
+                f"{need_mb:.0f} MB do not fit on the disk of {path}: {free:.0f} MB free and "
+                f"fetch.min_free_mb={reserve_mb:.0f} must stay free, after waiting {waited / 60:.0f} min. "
+                "Fix: free space, or fetch fewer checkpoints at once (--resources disk_mb=...), then rerun"
+            )
+        wait = min(poll_s, max_wait_s - waited)
+        log.info("waiting for disk space: %.0f MB needed + %.0f MB kept free, %.0f MB free", need_mb, reserve_mb, free)
+        sleep(wait)
+        waited += wait
+
+
+def fetch_checkpoint(model: ModelEntry, revision: str, cache_dir, *, policy: RetryPolicy = RetryPolicy(),
+                     min_free_mb: float = 0, disk_wait_s: float = 0, sleep=time.sleep) -> Path:
+    """Download `revision` of hub model `model` into the hub cache `cache_dir`; returns the
+    snapshot folder. Waits first until it fits on the disk with `min_free_mb` left free.
+    Raises FetchError naming model, revision and the fix."""
+    from huggingface_hub import snapshot_download
+
+    what = f"model {model.name} ({model.id}) at revision {revision}"
+    patterns = allow_patterns(model)
+    if min_free_mb > 0:
+        need = download_mb(model, revision, patterns)
+        if need is not None:
+            try:
+                wait_for_space(cache_dir, need, min_free_mb, disk_wait_s, sleep=sleep)
+            except FetchError as error:
+                raise FetchError(f"cannot fetch {what}: {error}") from None
+    log.info("fetching %s into %s (files: %s)", what, cache_dir, " ".join(patterns))
+    clock = time.perf_counter()
+    try:
+        folder = with_backoff(
+            lambda: snapshot_download(model.id, revision=revision, cache_dir=cache_dir, allow_patterns=patterns),
+            policy, what=what, sleep=sleep,
+        )
+    except Exception as error:
+        fix = _fix(error, model, revision, cache_dir, policy)
+        raise FetchError(f"cannot fetch {what}: {type(error).__name__}: {str(error).rstrip('.')}. Fix: {fix}") from error
+    folder = Path(folder)
+    check_weights(folder, model, revision)
+    size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+    log.info("fetched %s: %.1f MB in %.0f s", what, size / 1e6, time.perf_counter() - clock)
+    return folder
+
+
+def estimated_parameters(model: ModelEntry) -> int:
+    """Parameters of `model`, for sizing its checkpoint before anything is downloaded.
+
+    n_params when the config gives it; otherwise 12 L d^2 for the blocks plus 2 V d for an
+    untied embedding and head (V = vocab_size, or 65536 when unknown), with a depth
+    L = max(6, d / 64). That depth errs high on large models, whose size matters: for
+    Pythia the estimate is 0.75x (410m, deep for its width) to 2.2x (12b) the true count.
+    """
+    if model.n_params:
+        return model.n_params
+    d, vocab = model.hidden_size, model.vocab_size or 65536
+    depth = max(6, d / 64)
+    return int(12 * depth * d * d + 2 * vocab * d)
+
+
+def checkpoint_disk_mb(model: ModelEntry, bytes_per_param: float) -> int:
+    """Disk (MB) one fetched checkpoint of `model` takes: weights, plus 10% and 50 MB for the
+    tokenizer, config and the hub's partial-download files."""
+    return math.ceil(estimated_parameters(model) * bytes_per_param * 1.1 / 1e6) + 50

@@ -1,0 +1,44 @@
+# Hub checkpoints: one job per (hub model, revision) downloads its files into a hub cache of
+# its own, results/weights/{model}/{revision}, from which every job that loads it reads
+# offline (input function checkpoint_weights). Transient hub faults are retried inside the
+# job with backoff (lmsat.fetch), and the job itself is restarted `fetch.retries` times. With
+# fetch.remove_after_use the files are temp(): deleted once no pending job needs them; a
+# fetch that would leave less than fetch.min_free_mb free waits for such deletions, so
+# fetching cannot run ahead of the jobs that read the checkpoints until the disk is full.
+
+
+rule fetch_checkpoint:
+    output:
+        fetched_checkpoint("results/weights/{model}/{revision}"),
+    log:
+        "logs/fetch_checkpoint/{model}/{revision}.log",
+    benchmark:
+        "benchmarks/out/fetch_checkpoint/{model}/{revision}.tsv"
+    wildcard_constraints:
+        model=_alternatives(HUB_MODELS) or "(?!)",
+    retries: FETCH["retries"]
+    conda:
+        "../../envs/lmsat.yaml"
+    resources:
+        mem_mb=1000,
+        runtime=lambda wildcards, attempt: FETCH["runtime"] * attempt,
+        disk_mb=lambda wildcards, attempt: CHECKPOINT_DISK_MB[wildcards.model] * attempt,
+    params:
+        model=model_params,
+        policy={key: FETCH[key] for key in ("attempts", "first_wait_s", "max_wait_s")},
+        min_free_mb=FETCH["min_free_mb"],
+        disk_wait_s=FETCH["disk_wait_minutes"] * 60,
+    script:
+        "../scripts/fetch_checkpoint.py"
+
+
+# lm-eval of a model's best revision is planned only once the loss table exists, when the
+# first copy of that revision has been read and deleted. It reads a copy of its own: fetching
+# the first copy again would make Snakemake rerun every job that read it.
+use rule fetch_checkpoint as fetch_best_checkpoint with:
+    output:
+        fetched_checkpoint("results/weights/best/{model}/{revision}"),
+    log:
+        "logs/fetch_best_checkpoint/{model}/{revision}.log",
+    benchmark:
+        "benchmarks/out/fetch_best_checkpoint/{model}/{revision}.tsv"
