@@ -33,7 +33,7 @@ from lmsat.io import atomic_path, library_versions
 log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
-LOGITS_BUDGET = 2**26  # floats of logits materialised at once (256 MiB in float32)
+LOGITS_BUDGET = 2**27  # floats of logits materialised at once (512 MiB in float32; fewer, larger slices are faster)
 
 
 class CacheError(ValueError):
@@ -66,15 +66,21 @@ def _forward(model, input_ids):
 
 
 def _token_losses(head, hidden, targets):
-    """Cross-entropy of every position, computing logits a slice at a time. -> (n,) float32"""
+    """Cross-entropy of every position, computing logits a slice at a time. -> (n,) float32
+
+    log-sum-exp in place on each slice's logits (F.cross_entropy would allocate a second
+    slice-sized tensor for its log-softmax: ~10% of a Pythia-160m forward on CPU).
+    """
     import torch
-    import torch.nn.functional as F
 
     step = max(1, LOGITS_BUDGET // head.weight.shape[0])
-    losses = [
-        F.cross_entropy(head(hidden[i : i + step]).float(), targets[i : i + step], reduction="none")
-        for i in range(0, hidden.shape[0], step)
-    ]
+    losses = []
+    for i in range(0, hidden.shape[0], step):
+        logits = head(hidden[i : i + step]).float()  # (s, V), a fresh tensor
+        target = logits.gather(1, targets[i : i + step, None])[:, 0]  # (s,)
+        top = logits.max(dim=1, keepdim=True).values  # (s, 1)
+        log_sum = logits.sub_(top).exp_().sum(dim=1).log_()  # (s,)
+        losses.append(log_sum + top[:, 0] - target)
     return torch.cat(losses)
 
 
@@ -102,15 +108,15 @@ def _extract_chunk(model, tokens: np.ndarray, first_flat: int, index: np.ndarray
             d = last.shape[-1]
             loss = _token_losses(head, last[:, :-1].reshape(-1, d), ids[:, 1:].reshape(-1))
             losses.append(loss.reshape(ids.shape[0], seq_len - 1).cpu().numpy())
-            hiddens.append(last.reshape(-1, d).float().cpu().numpy().astype(storage))
+            hiddens.append(last.reshape(-1, d).float().cpu().numpy().astype(storage, copy=False))
             lo = first_flat + b * seq_len
             local = index[(index >= lo) & (index < lo + ids.numel())] - lo
             pos = torch.as_tensor(local, device=device)
-            layers.append(np.stack([h.reshape(-1, d)[pos].float().cpu().numpy() for h in hidden_states]))
+            layers.append(torch.stack([h.reshape(-1, d)[pos] for h in hidden_states]).float().cpu().numpy())
     return dict(
         loss=np.concatenate(losses).astype(np.float32),
         hidden=np.concatenate(hiddens),
-        layers=np.concatenate(layers, axis=1).astype(storage),
+        layers=np.concatenate(layers, axis=1).astype(storage, copy=False),
     )
 
 
