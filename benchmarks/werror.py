@@ -4,7 +4,8 @@
     python benchmarks/werror.py --quick    # 600k tokens, V = 4096, k = 250 (< 1 min)
 
 Methods: "gram" = lmsat.werror.gram_spectrum (scipy eigvalsh, in place), "gram-torch" =
-the same with torch.linalg.eigvalsh (MKL) on CPU, "svds" = scipy.sparse.linalg.svds(k).
+the same with torch.linalg.eigvalsh (MKL) on CPU, "gram-cuda" (with --cuda) the same on
+the GPU, "svds" = scipy.sparse.linalg.svds(k).
 Threads: set OMP_NUM_THREADS (also used for torch) to compare at a fixed thread count.
 
 The token stream is synthetic but text-like: a bank of phrases (1-8 tokens, Zipfian
@@ -107,16 +108,20 @@ def svds_iterative_stage(matrix, k: int, seed: int) -> np.ndarray:
 
 def worker(method: str, matrix_path: str, k: int, out_path: str) -> None:
     matrix = scipy.sparse.load_npz(matrix_path).tocsr()
-    if method == "gram-torch":
+    if method.startswith("gram-"):
         import torch  # imported before the clock starts
 
         torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", os.cpu_count())))
+        if method == "gram-cuda":
+            torch.cuda.init()  # context creation is not the eigensolver's cost
     baseline = reset_peak_rss()
     start = time.perf_counter()
     if method == "gram":
         values = gram_spectrum(matrix)
     elif method == "gram-torch":
         values = gram_spectrum(matrix, device="cpu")
+    elif method == "gram-cuda":
+        values = gram_spectrum(matrix, device="cuda")
     elif method == "svds":
         values = scipy.sparse.linalg.svds(
             matrix, k=k, return_singular_vectors=False, random_state=0
@@ -172,6 +177,9 @@ def main() -> None:
         action="store_true",
         help="run the full svds even when its dense step looks too big",
     )
+    parser.add_argument(
+        "--cuda", action="store_true", help="also time the Gram method on the GPU (gram-cuda)"
+    )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--matrix", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
@@ -210,7 +218,8 @@ def main() -> None:
     use_full_svds = args.force_svds or svds_dense_bytes < 0.6 * available_memory_bytes()
     svds_method = "svds" if use_full_svds else "svds-iterative-stage"
 
-    timings: dict[str, list[dict]] = {"gram": [], "gram-torch": [], svds_method: []}
+    gram_methods = ["gram", "gram-torch"] + (["gram-cuda"] if args.cuda else [])
+    timings: dict[str, list[dict]] = {**{m: [] for m in gram_methods}, svds_method: []}
     with tempfile.TemporaryDirectory() as tmp:
         matrix_path = Path(tmp) / "W.npz"
         scipy.sparse.save_npz(matrix_path, matrix)
@@ -249,7 +258,7 @@ def main() -> None:
         print(f"{method:<24}{n_values:>8}{seconds:>11.2f}{peak:>10.0f}{extra:>10.0f}")
     svds_s, svds_mb = medians[svds_method]
     print()
-    for method in ("gram", "gram-torch"):
+    for method in gram_methods:
         gram_s, gram_mb = medians[method]
         print(
             f"speed-up {method} vs {svds_method}: {svds_s / gram_s:.1f}x "
