@@ -109,3 +109,25 @@ def test_open_cache_rejects_bad_files(tiny_neox, tokens, tmp_path):
         f.attrs["complete"] = False
     with pytest.raises(CacheError, match="incomplete"):
         open_cache(out)
+
+
+def test_a_head_that_does_not_read_the_last_hidden_state_is_refused(tiny_neox, tokens, tmp_path):
+    """hidden_states[-1] must be the head's input (post final norm); a model whose head sees
+    something else (here: a norm that the hidden states do not show) needs an adapter."""
+    import copy
+
+    model = copy.deepcopy(tiny_neox)
+    with torch.no_grad():
+        model.gpt_neox.final_layer_norm.weight.mul_(2.0)  # logits change, hidden_states[-1] too
+    original = model.forward
+
+    def forward_with_stale_last_state(*args, **kwargs):
+        out = original(*args, **kwargs)
+        out.hidden_states = out.hidden_states[:-1] + (out.hidden_states[-1] / 2.0,)
+        return out
+
+    model.forward = forward_with_stale_last_state
+    ids = torch.as_tensor(tokens[:2], dtype=torch.long)
+    with torch.no_grad(), pytest.raises(RuntimeError, match="needs an adapter"):
+        cache_module.forward_hidden_states(model, ids, check_head=True)
+    assert len(cache_module.forward_hidden_states(tiny_neox, ids, check_head=True)) == 3  # embeddings + 2 layers

@@ -56,13 +56,28 @@ def layer_sample_index(n_tokens: int, k: int, seed: int) -> np.ndarray:
     return np.sort(rng.choice(n_tokens, size=min(k, n_tokens), replace=False)).astype(np.int64)
 
 
-def _forward(model, input_ids):
-    """hidden_states of every layer and the logits of the last position. -> (tuple of (b, L, d), (b, V))"""
+def forward_hidden_states(model, input_ids, check_head: bool = False, atol: float = 1e-3):
+    """hidden_states of every layer (embeddings first; the last one post final norm), without
+    the full logits. -> tuple of (b, L, d)
+
+    check_head: verify that the head applied to the last hidden states gives the model's own
+    logits (at the last position), i.e. that hidden_states[-1] is the head's input.
+    """
+    import torch
+
     try:
         out = model(input_ids, output_hidden_states=True, use_cache=False, logits_to_keep=1)
     except TypeError:  # architectures without logits_to_keep
         out = model(input_ids, output_hidden_states=True, use_cache=False)
-    return out.hidden_states, out.logits[:, -1]
+    if check_head:
+        mine = model.get_output_embeddings()(out.hidden_states[-1][:, -1]).float()
+        if not torch.allclose(mine, out.logits[:, -1].float(), rtol=atol, atol=atol):
+            raise RuntimeError(
+                f"{type(model).__name__}: the head applied to hidden_states[-1] does not give the "
+                "model's logits, so hidden_states[-1] is not the head's input; this architecture "
+                "needs an adapter"
+            )
+    return out.hidden_states
 
 
 def _token_losses(head, hidden, targets):
@@ -95,16 +110,8 @@ def _extract_chunk(model, tokens: np.ndarray, first_flat: int, index: np.ndarray
     for b in range(0, c, settings.batch_size):
         ids = torch.as_tensor(tokens[b : b + settings.batch_size], dtype=torch.long, device=device)  # (b, L)
         with torch.no_grad():
-            hidden_states, last_logits = _forward(model, ids)
+            hidden_states = forward_hidden_states(model, ids, check_head=check_head and b == 0)
             last = hidden_states[-1]  # (b, L, d), post final norm
-            if check_head and b == 0:
-                mine = head(last[:, -1]).float()
-                if not torch.allclose(mine, last_logits.float(), rtol=1e-3, atol=1e-3):
-                    raise RuntimeError(
-                        f"{type(model).__name__}: the head applied to hidden_states[-1] does not give the "
-                        "model's logits, so hidden_states[-1] is not the head's input; this architecture "
-                        "needs an adapter"
-                    )
             d = last.shape[-1]
             loss = _token_losses(head, last[:, :-1].reshape(-1, d), ids[:, 1:].reshape(-1))
             losses.append(loss.reshape(ids.shape[0], seq_len - 1).cpu().numpy())

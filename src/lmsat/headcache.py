@@ -150,24 +150,15 @@ def _forward_pairs(model, tokens: np.ndarray, settings: CacheSettings, device, c
     """Hidden states and next tokens of every window. tokens (b, L) -> (b (L-1), d), (b (L-1),)"""
     import torch
 
-    from lmsat.cache import _forward
+    from lmsat.cache import forward_hidden_states
 
-    head = model.get_output_embeddings()
     storage = getattr(np, settings.storage_dtype)
     hiddens, targets = [], []
     for b in range(0, len(tokens), settings.batch_size):
         ids = torch.as_tensor(tokens[b : b + settings.batch_size], dtype=torch.long, device=device)  # (b, L)
         with torch.no_grad():
-            hidden_states, last_logits = _forward(model, ids)
+            hidden_states = forward_hidden_states(model, ids, check_head=check and b == 0, atol=settings.check_atol)
             last = hidden_states[-1]  # (b, L, d), post final norm
-            if check and b == 0:
-                mine = head(last[:, -1]).float()
-                if not torch.allclose(mine, last_logits.float(), rtol=settings.check_atol, atol=settings.check_atol):
-                    raise RuntimeError(
-                        f"{type(model).__name__}: the head applied to hidden_states[-1] does not give the "
-                        "model's logits, so hidden_states[-1] is not the head's input; this architecture "
-                        "needs an adapter"
-                    )
         d = last.shape[-1]
         hiddens.append(last[:, :-1].reshape(-1, d).float().cpu().numpy().astype(storage))
         targets.append(ids[:, 1:].reshape(-1).cpu().numpy().astype(np.int32))
