@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 import subprocess
 import sys
+from dataclasses import asdict
 
 import pytest
 import yaml
@@ -142,3 +144,14 @@ def test_pythia_plan_is_offline_and_complete():
     counts = dict(line.split()[:2] for line in result.stdout.splitlines() if line.strip() and line.split()[-1].isdigit() and len(line.split()) == 2)
     assert counts["analyse_checkpoint"] == str(10 * 154)
     assert "train_toy_model" not in counts  # --configfile replaces the toy default
+
+
+def test_model_entries_do_not_depend_on_the_order_of_the_models(default_config):
+    """Entries reach jobs as params (a rerun trigger): reordering the models must not change them."""
+    shuffled = copy.deepcopy(default_config)
+    shuffled["suites"]["toy"]["models"].reverse()
+    before, after = load_plan(default_config, SCHEMA).models, load_plan(shuffled, SCHEMA).models
+    assert before.keys() == after.keys()
+    for name in before:
+        assert asdict(before[name]) == asdict(after[name]), name
+    assert before["toy-d32"].key == "suites.toy.models[name=toy-d32]"

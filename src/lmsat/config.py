@@ -58,7 +58,7 @@ class ModelEntry:
     steps: tuple[int, ...]  # training step of each revision
     allow_pickle: bool  # allow .bin weights
     trust_remote_code: bool  # run the repository's own code
-    key: str  # config key of this model, for error messages
+    key: str  # config key of this model, by name (suites.s.models[name=x]), for error messages
 
     def cache_dir(self, revision: str) -> str | None:
         """Hub cache holding `revision`: the toy suite's own, or the one that rule
@@ -244,7 +244,9 @@ def _models(config: dict) -> dict[str, ModelEntry]:
                 steps=steps,
                 allow_pickle=model["allow_pickle"],
                 trust_remote_code=model["trust_remote_code"],
-                key=key,
+                # By name, not index: the entry reaches jobs as a param, so an index would make
+                # inserting or reordering models rerun every later model's jobs.
+                key=f"suites.{suite_name}.models[name={name}]",
             )
     return models
 
