@@ -49,3 +49,37 @@ def test_pickle_weights_are_refused_unless_allowed(tiny_neox, tmp_path):
         load_causal_lm(entry(tmp_path), "step1")
     model = load_causal_lm(dataclasses.replace(entry(tmp_path), allow_pickle=True), "step1")
     assert torch.equal(model.get_output_embeddings().weight, tiny_neox.get_output_embeddings().weight)
+
+
+def test_a_hub_tokenizer_is_retried_after_a_transient_fault(tmp_path, monkeypatch):
+    """The first download attempt drops the connection; the next one succeeds (here the
+    'hub id' is a saved tokenizer directory, which from_pretrained accepts as well)."""
+    import transformers
+
+    from conftest import word_tokenizer
+    from lmsat.fetch import RetryPolicy
+    from lmsat.models import load_tokenizer
+
+    word_tokenizer(["a", "b"]).save_pretrained(str(tmp_path / "tok"))
+    real, calls = transformers.AutoTokenizer.from_pretrained, []
+
+    def flaky(*args, **kwargs):
+        calls.append(args[0])
+        if len(calls) == 1:
+            raise ConnectionError("connection reset by peer")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", flaky)
+    spec = dict(source="hub", id=str(tmp_path / "tok"), revision="main")
+    tokenizer = load_tokenizer(spec, "words", policy=RetryPolicy(attempts=3, first_wait_s=0.0, max_wait_s=0.0))
+    assert len(calls) == 2 and len(tokenizer) == 4
+
+    def missing(*args, **kwargs):
+        calls.append(args[0])
+        raise OSError(f"{args[0]} is not a local folder and is not a valid model identifier")
+
+    calls.clear()
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", missing)
+    with pytest.raises(ModelLoadError, match="cannot load tokenizer words"):
+        load_tokenizer(spec, "words", policy=RetryPolicy(attempts=3, first_wait_s=0.0, max_wait_s=0.0))
+    assert len(calls) == 1  # a permanent error is not retried

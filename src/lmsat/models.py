@@ -77,9 +77,13 @@ def load_causal_lm(model: ModelEntry, revision: str, *, dtype: str = "float32", 
     return lm.to(device).eval()
 
 
-def load_tokenizer(spec: dict, name: str):
-    """The tokenizer `name` of config['tokenizers'] (`spec` is that entry)."""
+def load_tokenizer(spec: dict, name: str, policy=None):
+    """The tokenizer `name` of config['tokenizers'] (`spec` is that entry). A hub tokenizer is
+    downloaded by the job that needs it: transient hub faults are retried with backoff
+    (`policy`, a lmsat.fetch.RetryPolicy; default: its defaults)."""
     from transformers import AutoTokenizer
+
+    from lmsat.fetch import RetryPolicy, with_backoff
 
     if spec["source"] == "toy":
         target, kwargs = TOY_TOKENIZER_DIR, dict(local_files_only=True)
@@ -88,6 +92,8 @@ def load_tokenizer(spec: dict, name: str):
     else:
         target, kwargs = spec["id"], dict(revision=spec["revision"])
     try:
-        return AutoTokenizer.from_pretrained(target, **kwargs)
+        return with_backoff(
+            lambda: AutoTokenizer.from_pretrained(target, **kwargs), policy or RetryPolicy(), what=f"tokenizer {name} ({target})"
+        )
     except (OSError, ValueError) as error:
         raise ModelLoadError(f"cannot load tokenizer {name} ({target}): {error}") from error
