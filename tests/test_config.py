@@ -24,7 +24,7 @@ def test_default_config_expands_to_toy_checkpoints(default_config):
     assert list(p.models) == ["toy-d16", "toy-d32", "toy-d64", "toy-d128"]
     toy = p.models["toy-d16"]
     assert toy.revisions[0] == "step0" and toy.final_revision == f"step{default_config['toy']['max_steps']}"
-    assert toy.id == "lmsat-toy/toy-d16" and toy.local_files_only
+    assert toy.id == "lmsat-toy/toy-d16" and toy.pretrained_source("step0")[1]["local_files_only"]
     assert p.config["extraction"]["dtype"] == "float32"  # a default filled in
 
 

@@ -69,10 +69,14 @@ class ModelEntry:
             return f"{WEIGHTS_DIR}/{self.name}/{revision}"
         return None
 
-    @property
-    def local_files_only(self) -> bool:
-        """Jobs never download weights: toy, local and fetched hub checkpoints are on disk."""
-        return True
+    def pretrained_source(self, revision: str, cache_dir: str | None = None) -> tuple[str, dict]:
+        """(target, kwargs) for `from_pretrained(target, **kwargs)` to load `revision` offline:
+        jobs never download weights (toy, local and fetched hub checkpoints are on disk).
+        A local model's revision is a directory; a hub/toy model is its id at `revision` in
+        its hub cache (`cache_dir` overrides it, e.g. the copy fetched for a best revision)."""
+        if self.source == "local":
+            return str(Path(self.id) / revision), dict(local_files_only=True)
+        return self.id, dict(revision=revision, cache_dir=cache_dir or self.cache_dir(revision), local_files_only=True)
 
     def step(self, revision: str) -> int:
         return self.steps[self.revisions.index(revision)]

@@ -11,7 +11,6 @@ resolves its revision exactly as it would for Pythia.
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 from lmsat.config import TOY_TOKENIZER_DIR, ModelEntry
 
@@ -57,11 +56,8 @@ def load_causal_lm(model: ModelEntry, revision: str, *, dtype: str = "float32", 
         use_safetensors=None if model.allow_pickle else True,
         trust_remote_code=model.trust_remote_code,
     )
-    if model.source == "local":
-        target, kwargs["local_files_only"] = str(Path(model.id) / revision), True
-    else:
-        target = model.id
-        kwargs.update(revision=revision, cache_dir=model.cache_dir(revision), local_files_only=model.local_files_only)
+    target, source = model.pretrained_source(revision)
+    kwargs.update(source)
     try:
         lm = AutoModelForCausalLM.from_pretrained(target, **kwargs)
     except (OSError, ValueError, EnvironmentError) as error:

@@ -8,7 +8,6 @@ local directory, or the final checkpoint fetched by rule fetch_checkpoint.
 
 import logging
 import os
-from pathlib import Path
 
 from lmsat.io import setup_logging, write_json
 
@@ -23,11 +22,7 @@ def count_model_parameters(model) -> dict:
     from lmsat.scaling import count_parameters
 
     revision = model.final_revision
-    if model.source == "local":
-        target, kwargs = str(Path(model.id) / revision), dict(local_files_only=True)
-    else:
-        target = model.id
-        kwargs = dict(revision=revision, cache_dir=model.cache_dir(revision), local_files_only=model.local_files_only)
+    target, kwargs = model.pretrained_source(revision)
     try:
         config = AutoConfig.from_pretrained(target, trust_remote_code=model.trust_remote_code, **kwargs)
     except (OSError, ValueError) as error:

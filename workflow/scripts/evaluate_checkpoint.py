@@ -9,7 +9,6 @@ checkpoint that is also the final one copies the final job's JSON instead of rer
 
 import logging
 import os
-from pathlib import Path
 
 from lmsat.io import read_json, setup_logging, write_json
 
@@ -39,10 +38,9 @@ def main(snakemake):
 
     torch.set_num_threads(params.threads)
     model = ModelEntry(**params.model)
-    target = str(Path(model.id) / params.revision) if model.source == "local" else model.id
-    cache_dir = model.cache_dir(params.revision)
-    if model.source == "hub":  # the copy fetched for this job (a best revision has its own)
-        cache_dir = snakemake.input.weights
+    # A hub model reads the copy fetched for this job (a best revision has its own).
+    fetched = snakemake.input.weights if model.source == "hub" else None
+    target, source = model.pretrained_source(params.revision, cache_dir=fetched)
     try:
         results = run_lmeval(
             target,
@@ -50,8 +48,8 @@ def main(snakemake):
             [wildcards.task],
             **params.lmeval,
             device=resolve_device(params.device),
-            cache_dir=cache_dir,
-            local_files_only=model.local_files_only,
+            cache_dir=source.get("cache_dir"),
+            local_files_only=source["local_files_only"],
             include_path=params.include_path,
         )
         status, message = "done", ""
