@@ -40,7 +40,8 @@ def gram_spectrum(matrix, device: str | None = None) -> np.ndarray:
     blocks of k_b columns (at worst one block of V = 50k columns, Pythia's vocabulary:
     20 GB). device=None uses scipy in place (no second copy); device="cuda" (or "cpu")
     uses torch.linalg.eigvalsh on that device, which needs a second copy of each block
-    but is much faster on a GPU (and ~1.5x on CPU with MKL).
+    but is much faster on a GPU, and on CPU (MKL) for large blocks: 14.4 s against 26.2 s
+    for a 7939-column block on 2 cores (below ~4000 columns scipy is as fast or faster).
     """
     if not (scipy.sparse.issparse(matrix) or isinstance(matrix, np.ndarray)):
         raise ValueError(
@@ -58,7 +59,9 @@ def gram_spectrum(matrix, device: str | None = None) -> np.ndarray:
         matrix = scipy.sparse.csr_matrix(matrix, dtype=np.float64)
         if n_rows < n_cols:  # Gram of the small side
             matrix = matrix.T.tocsr()  # (V, C) -> now rows >= cols
-        gram = (matrix.T @ matrix).tocsr()  # (V, V) sparse: tokens that share a context
+        # (V, V) sparse: tokens that share a context. W^T in CSR first: `matrix.T @ matrix`
+        # would make scipy convert the tall W to CSC, 4x slower for a 5-gram matrix.
+        gram = matrix.T.tocsr() @ matrix
         eigenvalues = _block_eigenvalues(gram, device)
     else:
         matrix = np.asarray(matrix, dtype=np.float64)
@@ -81,15 +84,23 @@ def _block_eigenvalues(gram, device: str | None) -> np.ndarray:
     the blocks' spectra, and a dense solve per block costs sum k_b^3 instead of k^3.
     All-zero columns are isolated with a zero diagonal: they add the zero eigenvalues.
     """
+    gram = scipy.sparse.csr_matrix(gram)
+    gram.eliminate_zeros()  # a stored zero is no edge, and must not be scattered below
     n_blocks, labels = scipy.sparse.csgraph.connected_components(gram, directed=False)
     sizes = np.bincount(labels, minlength=n_blocks)
     diagonal = gram.diagonal()
     eigenvalues = [diagonal[sizes[labels] == 1]]  # 1 x 1 blocks are their own eigenvalue
-    order = np.argsort(labels, kind="stable")
+    order = np.argsort(labels, kind="stable")  # (V,) columns grouped by block
     starts = np.concatenate([[0], np.cumsum(sizes)])
+    position = np.empty(labels.size, dtype=np.int64)  # (V,) index of a column in its block
+    position[order] = np.arange(labels.size) - starts[labels[order]]
     for block in np.flatnonzero(sizes > 1):
         members = order[starts[block] : starts[block + 1]]
-        eigenvalues.append(_dense_eigenvalues(gram[members][:, members].toarray(), device))
+        rows = gram[members]  # (k, V) CSR; a component's rows only hold its own columns
+        dense = scipy.sparse.csr_matrix(
+            (rows.data, position[rows.indices], rows.indptr), shape=(members.size,) * 2
+        ).toarray()  # (k, k), one pass instead of a second (column) fancy index
+        eigenvalues.append(_dense_eigenvalues(dense, device))
     return np.concatenate(eigenvalues)
 
 
