@@ -88,3 +88,57 @@ def test_corrupt_sample_is_rejected(text_corpus, tmp_path):
         f["tokens"][0, 0] += 1
     with pytest.raises(CorpusError, match="sha256"):
         read_sample(tmp_path / "a.h5")
+
+
+def flaky_hub(monkeypatch, fail_at: int, error: Exception, broken_openings: int = 1) -> list[int]:
+    """`datasets.load_dataset` replaced by a real streaming dataset of 6 rows whose first
+    `broken_openings` openings raise `error` after `fail_at` rows, as a dropped connection
+    would; returns the calls."""
+    import datasets
+
+    calls = []
+
+    def load_dataset(path, name=None, split=None, streaming=False, data_files=None):
+        calls.append(len(calls))
+        broken = len(calls) <= broken_openings
+
+        def rows():
+            for i in range(6):
+                if broken and i == fail_at:
+                    raise error
+                yield {"text": f"doc {i}"}
+
+        return datasets.IterableDataset.from_generator(rows)
+
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    return calls
+
+
+def test_hf_stream_resumes_after_a_transient_fault_without_repeating_rows(monkeypatch):
+    from lmsat.fetch import RetryPolicy
+
+    calls = flaky_hub(monkeypatch, fail_at=3, error=ConnectionError("connection reset by peer"))
+    spec = corpus_spec(type="hf", path="some/corpus", split="train", streaming=True)
+    waits = []
+    docs = list(iter_documents(spec, "web", policy=RetryPolicy(attempts=2, first_wait_s=7), sleep=waits.append))
+    assert docs == [f"doc {i}" for i in range(6)]
+    assert waits == [7] and len(calls) == 2
+
+
+def test_hf_stream_permanent_fault_is_not_retried_and_names_the_corpus(monkeypatch):
+    calls = flaky_hub(monkeypatch, fail_at=2, error=ValueError("bad shard"))
+    spec = corpus_spec(type="hf", path="some/corpus", split="train", streaming=True)
+    with pytest.raises(CorpusError, match="some/corpus for corpus web after 2 rows: bad shard"):
+        list(iter_documents(spec, "web", sleep=lambda s: pytest.fail("slept")))
+    assert len(calls) == 1
+
+
+def test_hf_stream_gives_up_after_the_policy_s_tries_without_progress(monkeypatch):
+    from lmsat.fetch import RetryPolicy
+
+    calls = flaky_hub(monkeypatch, fail_at=0, error=TimeoutError("read timed out"), broken_openings=9)
+    spec = corpus_spec(type="hf", path="some/corpus", split="train", streaming=True)
+    waits = []
+    with pytest.raises(CorpusError, match=r"after 0 rows \(try 3 of 3\): read timed out"):
+        list(iter_documents(spec, "web", policy=RetryPolicy(attempts=3, first_wait_s=1), sleep=waits.append))
+    assert waits == [1, 2] and len(calls) == 3

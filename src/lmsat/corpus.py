@@ -13,6 +13,7 @@ import hashlib
 import json
 import logging
 import math
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -55,11 +56,28 @@ def _read_text_file(path: str, text_field: str) -> Iterator[str]:
                 yield line.rstrip("\n")
 
 
-def iter_documents(spec: dict, name: str = "corpus") -> Iterator[str]:
-    """Documents of a corpus, in a fixed order."""
+def iter_documents(spec: dict, name: str = "corpus", policy=None, sleep=time.sleep) -> Iterator[str]:
+    """Documents of a corpus, in a fixed order. `policy` (lmsat.fetch.RetryPolicy): how a
+    hub dataset retries transient faults (`_hf_documents`)."""
     if spec["type"] == "hf":
-        import datasets
+        yield from _hf_documents(spec, name, policy, sleep)
+        return
+    for path in corpus_inputs(spec):
+        yield from _read_text_file(path, spec["text_field"])
 
+
+def _hf_documents(spec: dict, name: str, policy, sleep) -> Iterator[str]:
+    """Texts of a `datasets` split. A transient fault (connection, timeout, 5xx) while
+    loading or streaming it is retried with backoff: the split is opened again and the
+    rows already read are skipped, so the documents come out once each, in order. The
+    count of tries starts again whenever rows were read since the last fault."""
+    import datasets
+
+    from lmsat.fetch import RetryPolicy, is_transient
+
+    policy = policy or RetryPolicy()
+    done, failures, done_at_failure = 0, 0, -1
+    while True:
         try:
             dataset = datasets.load_dataset(
                 spec["path"],
@@ -68,15 +86,28 @@ def iter_documents(spec: dict, name: str = "corpus") -> Iterator[str]:
                 streaming=spec["streaming"],
                 data_files=spec.get("data_files") or None,
             )
+            for row in dataset.skip(done) if done else dataset:
+                if spec["text_field"] not in row:
+                    raise CorpusError(
+                        f"corpus {name}: rows have no field {spec['text_field']!r} (fields: {sorted(row)})"
+                    )
+                yield row[spec["text_field"]]
+                done += 1
+            return
+        except CorpusError:
+            raise
         except Exception as error:  # datasets raises many types; name the corpus in all of them
-            raise CorpusError(f"cannot load dataset {spec['path']} for corpus {name}: {error}") from error
-        for row in dataset:
-            if spec["text_field"] not in row:
-                raise CorpusError(f"corpus {name}: rows have no field {spec['text_field']!r} (fields: {sorted(row)})")
-            yield row[spec["text_field"]]
-        return
-    for path in corpus_inputs(spec):
-        yield from _read_text_file(path, spec["text_field"])
+            failures = failures + 1 if done == done_at_failure else 1
+            done_at_failure = done
+            if failures >= policy.attempts or not is_transient(error):
+                tries = f" (try {failures} of {policy.attempts})" if is_transient(error) else ""
+                raise CorpusError(
+                    f"cannot load dataset {spec['path']} for corpus {name} after {done} rows{tries}: {error}"
+                ) from error
+            wait = policy.wait_s(failures)
+            log.warning("corpus %s: reading %s failed after %d rows (%s: %s); trying again in %.0f s",
+                        name, spec["path"], done, type(error).__name__, error, wait)
+            sleep(wait)
 
 
 def build_token_pool(documents: Iterator[str], tokenizer, n_pool: int, max_documents: int = 0, corpus: str = "") -> np.ndarray:
