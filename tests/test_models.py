@@ -35,6 +35,14 @@ def test_hidden_size_mismatch_names_the_config_key(tiny_neox, tmp_path):
         load_causal_lm(entry(tmp_path, hidden_size=32), "step1")
 
 
+def test_num_layers_is_checked_when_given(tiny_neox, tmp_path):
+    tiny_neox.save_pretrained(tmp_path / "step1")
+    layers = tiny_neox.config.num_hidden_layers
+    load_causal_lm(entry(tmp_path, num_layers=layers), "step1")
+    with pytest.raises(ModelLoadError, match=rf"num_layers {layers}, but config key 'suites.s.models\[0\].num_layers' says 9"):
+        load_causal_lm(entry(tmp_path, num_layers=9), "step1")
+
+
 def test_revision_outside_the_suite(tiny_neox, tmp_path):
     with pytest.raises(ModelLoadError, match="step7.*not in the suite of model tiny"):
         load_causal_lm(entry(tmp_path), "step7")

@@ -59,6 +59,7 @@ class ModelEntry:
     allow_pickle: bool  # allow .bin weights
     trust_remote_code: bool  # run the repository's own code
     key: str  # config key of this model, by name (suites.s.models[name=x]), for error messages
+    num_layers: int = 0  # transformer blocks, checked when loaded (0 = unknown; sizes jobs)
 
     def cache_dir(self, revision: str) -> str | None:
         """Hub cache holding `revision`: the toy suite's own, or the one that rule
@@ -242,6 +243,7 @@ def _models(config: dict) -> dict[str, ModelEntry]:
                 hidden_size=model["hidden_size"],
                 vocab_size=model["vocab_size"],
                 n_params=model["n_params"],
+                num_layers=model["num_layers"],
                 tokenizer=tokenizer,
                 tokens_per_step=suite["tokens_per_step"],
                 revisions=revisions,

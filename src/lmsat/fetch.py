@@ -246,18 +246,20 @@ def fetch_checkpoint(model: ModelEntry, revision: str, cache_dir, *, policy: Ret
 
 
 def estimated_parameters(model: ModelEntry) -> int:
-    """Parameters of `model`, for sizing its checkpoint before anything is downloaded.
-
-    n_params when the config gives it; otherwise 12 L d^2 for the blocks plus 2 V d for an
-    untied embedding and head (V = vocab_size, or 65536 when unknown), with a depth
-    L = max(6, d / 64). That depth errs high on large models, whose size matters: for
-    Pythia the estimate is 0.75x (410m, deep for its width) to 2.2x (12b) the true count.
+    """Parameters of `model`, for sizing its checkpoint before anything is downloaded:
+    the blocks plus 2 V d for an untied embedding and head (V = vocab_size, or 65536 when
+    unknown). The blocks are n_params when the config gives it (a scaling-law count of
+    either kind: adding the embedding on top errs high, never low), else 12 L d^2 with
+    L = num_layers - within 0.1% for Pythia (biases and norms left out) - or, when that is unknown
+    too, a guessed depth L = max(6, d / 64): 0.75x (410m, deep for its width) to 2.2x (12b).
     """
-    if model.n_params:
-        return model.n_params
     d, vocab = model.hidden_size, model.vocab_size or 65536
-    depth = max(6, d / 64)
-    return int(12 * depth * d * d + 2 * vocab * d)
+    if model.n_params:
+        blocks = model.n_params
+    else:
+        depth = model.num_layers or max(6, d / 64)
+        blocks = 12 * depth * d * d
+    return int(blocks + 2 * vocab * d)
 
 
 def checkpoint_disk_mb(model: ModelEntry, bytes_per_param: float) -> int:

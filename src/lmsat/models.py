@@ -64,12 +64,16 @@ def load_causal_lm(model: ModelEntry, revision: str, *, dtype: str = "float32", 
         raise ModelLoadError(
             f"cannot load model {model.name} ({model.id}) at revision {revision}{_load_hint(model, error)}: {error}"
         ) from error
-    hidden = lm.config.get_text_config().hidden_size
-    if hidden != model.hidden_size:
-        raise ModelLoadError(
-            f"model {model.name} at {revision} has hidden size {hidden}, "
-            f"but config key '{model.key}.hidden_size' says {model.hidden_size}; fix the config"
-        )
+    text_config = lm.config.get_text_config()
+    for field, actual, stated in (
+        ("hidden_size", text_config.hidden_size, model.hidden_size),
+        ("num_layers", text_config.num_hidden_layers, model.num_layers or text_config.num_hidden_layers),
+    ):
+        if actual != stated:
+            raise ModelLoadError(
+                f"model {model.name} at {revision} has {field} {actual}, "
+                f"but config key '{model.key}.{field}' says {stated}; fix the config"
+            )
     return lm.to(device).eval()
 
 
