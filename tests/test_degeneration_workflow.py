@@ -1,6 +1,6 @@
 """Representation degeneration (issue 3) on the workflow side: the registered anisotropy
 metric on a real cache, the per-checkpoint weight files written by the rule's script from a
-saved tiny GPT-NeoX, the tidy tables with the identical-heads check, and the figures."""
+saved tiny GPT-NeoX, the tidy tables with the identical-weights check, and the figures."""
 
 import copy
 from types import SimpleNamespace
@@ -28,6 +28,7 @@ from lmsat.degeneration import (
     read_spectrum,
     spectra_tables,
     valid_head_rows,
+    write_spectrum,
 )
 from lmsat.metrics import METRICS
 from lmsat.spectra import matrix_sha256, singular_entropy
@@ -156,6 +157,7 @@ def test_checkpoint_job_writes_spectrum_and_attention_files(checkpoints):
     assert attrs["n_rows"] == 40 and attrs["n_valid_rows"] == 37 and attrs["tokenizer_size"] == 37
     assert attrs["model"] == "tiny" and attrs["revision"] == "step9" and attrs["step"] == 9
     assert attrs["head_sha256"] == matrix_sha256(head) and "torch" in attrs["versions"]
+    assert attrs["embedding_sha256"] == matrix_sha256(models["step9"].get_input_embeddings().weight)
     arrays, shape = read_attention(attention_path)
     assert (shape["n_layers"], shape["n_heads"], shape["d_head"]) == (2, 2, 8)
     for record in attention_lowrank(models["step9"]):
@@ -180,28 +182,49 @@ def test_spectra_tables_flag_identical_heads(checkpoints, caplog):
     files, _, _ = checkpoints
     spectra, entropy, identical = spectra_tables([files[r][0] for r in ("step0", "step5", "step9")])
     assert list(identical.columns) == IDENTICAL_COLUMNS
-    assert identical[["revision", "group", "identical_to"]].values.tolist() == [
-        ["step0", "step0", "step5"],
-        ["step5", "step0", "step0"],
+    assert identical[["revision", "tensor", "group", "identical_to"]].values.tolist() == [
+        ["step0", "lm_head", "step0", "step5"],
+        ["step5", "lm_head", "step0", "step0"],
+        ["step0", "input_embedding", "step0", "step5"],
+        ["step5", "input_embedding", "step0", "step0"],
     ]
-    assert "step0, step5" in caplog.text and "bit-identical" in caplog.text
-    assert entropy.set_index("revision")["identical_head"].to_dict() == {"step0": True, "step5": True, "step9": False}
+    assert "step0, step5 serve a bit-identical lm_head" in caplog.text and "pythia#206" in caplog.text
+    assert entropy.set_index("revision")["identical_to"].to_dict() == {"step0": "step5", "step5": "step0", "step9": ""}
+    assert entropy.set_index("revision")["identical_weights"].to_dict() == {"step0": True, "step5": True, "step9": False}
     assert entropy.set_index("revision")["is_final"].to_dict() == {"step0": False, "step5": False, "step9": True}
     for row in entropy.itertuples():
         s, _ = read_spectrum(files[row.revision][0])
         assert row.singular_entropy_sigma == pytest.approx(singular_entropy(s, power=1), abs=1e-12)
         assert row.singular_entropy_sigma2 == pytest.approx(singular_entropy(s, power=2), abs=1e-12)
     assert len(spectra) == 3 * 16 and spectra.groupby("revision")["normalised"].max().eq(1.0).all()
-    assert spectra.groupby("revision")["identical_head"].first().to_dict() == entropy.set_index("revision")[
-        "identical_head"
+    assert spectra.groupby("revision")["identical_weights"].first().to_dict() == entropy.set_index("revision")[
+        "identical_weights"
     ].to_dict()
+
+
+def test_a_branch_serving_another_checkpoint_s_embedding_is_flagged(checkpoints, tmp_path, caplog):
+    """EleutherAI/pythia#206: a branch whose first shard (input embedding, early layers) is
+    another checkpoint's, beside a head of its own."""
+    files, models, _ = checkpoints
+    stale = copy.deepcopy(models["step9"])
+    with torch.no_grad():
+        stale.get_output_embeddings().weight.mul_(1.5)  # its own head
+    record = dict(suite="s", model="tiny", revision="step7", step=7, tokens=70)
+    write_spectrum(tmp_path / "step7.h5", head_spectrum(stale, tokenizer_size=37), record, 37)
+    _, entropy, identical = spectra_tables([files["step0"][0], tmp_path / "step7.h5", files["step9"][0]])
+    assert identical[["revision", "tensor", "group"]].values.tolist() == [
+        ["step7", "input_embedding", "step7"],
+        ["step9", "input_embedding", "step7"],
+    ]
+    assert entropy.set_index("revision")["identical_weights"].to_dict() == {"step0": False, "step7": True, "step9": True}
+    assert "step7, step9 serve a bit-identical input_embedding (see EleutherAI/pythia#206)" in caplog.text
 
 
 def test_no_identical_heads_gives_an_empty_table_with_columns(checkpoints):
     files, _, _ = checkpoints
     _, entropy, identical = spectra_tables([files["step0"][0], files["step9"][0]])
     assert identical.empty and list(identical.columns) == IDENTICAL_COLUMNS
-    assert not entropy["identical_head"].any()
+    assert not entropy["identical_weights"].any()
 
 
 def test_attention_table_is_one_row_per_checkpoint_layer_head_kind(checkpoints):
@@ -213,7 +236,7 @@ def test_attention_table_is_one_row_per_checkpoint_layer_head_kind(checkpoints):
     record = next(r for r in attention_lowrank(models["step9"]) if (r.layer, r.head, r.kind) == (1, 0, "vo"))
     assert row["nuclear_ratio"].item() == pytest.approx(record.metrics.nuclear_ratio, rel=1e-12)
     assert row["relative_depth"].item() == 1.0
-    assert table.groupby("revision")["identical_head"].all().to_dict() == {"step0": True, "step5": True, "step9": False}
+    assert table.groupby("revision")["identical_weights"].all().to_dict() == {"step0": True, "step5": True, "step9": False}
 
 
 # ------------------------------------------------------------------ anisotropy tables

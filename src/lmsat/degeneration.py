@@ -8,6 +8,7 @@ and Kobayashi et al. for the attention products):
         attrs            suite, model, revision, step, tokens, n_rows (head rows, padding
                          included), n_valid_rows (rows kept for the SVD), tokenizer_size,
                          hidden_size, head_sha256 (raw bytes of the whole head), head_dtype,
+                         embedding_sha256 (raw bytes of the input embedding),
                          versions (JSON), format_version
     results/attention/{model}/{revision}.h5
         {qk,vo}/singular_values  (n_layers, n_heads, d_head) float64, descending per head
@@ -23,10 +24,12 @@ the tidy tables behind Figs. 2-5 and the attention figure:
     spectra, entropy, identical = spectra_tables(paths)        # Figs. 4 and 5, sanity table
     attention = attention_table(paths, identical)              # attention figure
 
-Checkpoint sanity: revisions of one model whose heads hash to the same sha256 are
-bit-identical (EleutherAI/pythia issue #205: 86 of 154 pythia-2.8b branches serve
-final-era weights); every member of such a group is flagged `identical_head` in the tables
-and listed in the identical-heads table, so figures can draw them apart.
+Checkpoint sanity: revisions of one model whose LM heads, or whose input embeddings, hash
+to the same sha256 are bit-identical there: EleutherAI/pythia#205 (86 of 154 pythia-2.8b
+branches serve final-era weights, heads included) and #206 (pythia-12b step50000 and
+step58000 serve the final checkpoint's first shard: its input embedding and early layers,
+with a head of their own). Every member of such a group is flagged `identical_weights` in
+the tables and listed in the identical-weights table, so figures can draw them apart.
 """
 
 from __future__ import annotations
@@ -92,7 +95,8 @@ def valid_head_rows(n_rows: int, tokenizer_size: int | None, drop_padding_rows: 
 def head_spectrum(model, tokenizer_size: int | None = None, drop_padding_rows: bool = True, tokenizer: str = "") -> dict:
     """Singular values of the LM head (padding rows dropped, see valid_head_rows) and its identity.
 
-    head_sha256 hashes the whole head (padding included) in its loaded dtype.
+    head_sha256 hashes the whole head (padding included) in its loaded dtype, and
+    embedding_sha256 the input embedding (the same matrix when they are tied).
     """
     from lmsat.adapters import lm_head_matrix
     from lmsat.spectra import matrix_sha256, singular_values
@@ -102,6 +106,7 @@ def head_spectrum(model, tokenizer_size: int | None = None, drop_padding_rows: b
     return dict(
         singular_values=singular_values(head, n_valid_rows=n_valid_rows),
         head_sha256=matrix_sha256(head),
+        embedding_sha256=matrix_sha256(model.get_input_embeddings().weight),
         n_rows=int(head.shape[0]),
         n_valid_rows=int(n_valid_rows),
         hidden_size=int(head.shape[1]),
@@ -250,7 +255,7 @@ def anisotropy_tables(
 def spectra_tables(
     paths: list, model_order: list[str] | None = None
 ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """Tables of Fig. 4 (normalised spectra), Fig. 5 (singular entropy) and identical heads.
+    """Tables of Fig. 4 (normalised spectra), Fig. 5 (singular entropy) and identical weights.
 
     Singular entropy KL(p || uniform) with p ~ sigma and with p ~ sigma^2 (both columns).
     model_order: row order of the models (the plan's), by name when None.
@@ -273,6 +278,7 @@ def spectra_tables(
                 "effective_rank": effective_rank(s),
                 "stable_rank": stable_rank(s),
                 "head_sha256": attrs["head_sha256"],
+                "embedding_sha256": attrs.get("embedding_sha256", ""),  # "": a file from before it
             }
         )
         curves.append(
@@ -281,52 +287,59 @@ def spectra_tables(
             )
         )
     entropy = _in_order(_flag_final(pd.DataFrame.from_records(summary)), model_order, ["step"])
-    identical = identical_heads_table(entropy)
-    flagged = identical.set_index(["model", "revision"])["identical_to"]
+    identical = identical_weights_table(entropy)
+    flagged = identical.groupby(["model", "revision"], sort=False)["identical_to"].agg(
+        lambda members: ";".join(dict.fromkeys(";".join(members).split(";")))  # over tensors
+    )
     keys = pd.MultiIndex.from_frame(entropy[["model", "revision"]])
-    entropy["identical_head"] = keys.isin(flagged.index)
+    entropy["identical_weights"] = keys.isin(flagged.index)
     entropy["identical_to"] = flagged.reindex(keys).fillna("").to_numpy()
     spectra = pd.concat(curves, ignore_index=True).merge(
-        entropy[["model", "revision", "identical_head"]], on=["model", "revision"]
+        entropy[["model", "revision", "identical_weights"]], on=["model", "revision"]
     )
     spectra = _in_order(spectra, model_order, ["step", "index"])
     return spectra, entropy, identical
 
 
-IDENTICAL_COLUMNS = ["suite", "model", "revision", "step", "group", "group_size", "identical_to", "head_sha256"]
+IDENTICAL_COLUMNS = [
+    "suite", "model", "revision", "step", "tensor", "group", "group_size", "identical_to", "sha256",
+]
+# tensor -> (its hash column, the known case it reveals)
+HASHED_TENSORS = {
+    "lm_head": ("head_sha256", "EleutherAI/pythia#205"),
+    "input_embedding": ("embedding_sha256", "EleutherAI/pythia#206"),
+}
 
 
-def identical_heads_table(entropy: pd.DataFrame) -> pd.DataFrame:
-    """One row per revision whose head is bit-identical to another revision of its model.
+def identical_weights_table(entropy: pd.DataFrame) -> pd.DataFrame:
+    """One row per (revision, tensor) whose LM head or input embedding is bit-identical to
+    another revision's of the same model.
 
     group: the earliest revision of the group; identical_to: the other members (;-joined).
-    Logs a warning per model with such revisions.
+    Logs a warning per group.
     """
     rows = []
     for model, per_model in entropy.groupby("model", sort=False):
-        per_model = per_model.sort_values("step", kind="stable")
-        groups = identical_heads(dict(zip(per_model["revision"], per_model["head_sha256"])))
-        for group in groups:
-            log.warning(
-                "%s: revisions %s serve bit-identical LM heads (see EleutherAI/pythia#205); "
-                "they are flagged identical_head and drawn hollow/dashed",
-                model,
-                ", ".join(group),
-            )
-            for revision in group:
-                row = per_model[per_model["revision"] == revision].iloc[0]
-                rows.append(
-                    {
-                        "suite": row["suite"],
-                        "model": model,
-                        "revision": revision,
-                        "step": row["step"],
-                        "group": group[0],
-                        "group_size": len(group),
-                        "identical_to": ";".join(r for r in group if r != revision),
-                        "head_sha256": row["head_sha256"],
-                    }
+        per_model = per_model.sort_values("step", kind="stable").set_index("revision", drop=False)
+        for tensor, (column, case) in HASHED_TENSORS.items():
+            known = per_model[per_model[column] != ""]  # files written before the hash existed
+            for group in identical_heads(dict(zip(known["revision"], known[column]))):
+                log.warning(
+                    "%s: revisions %s serve a bit-identical %s (see %s); "
+                    "they are flagged identical_weights and drawn hollow/dashed",
+                    model, ", ".join(group), tensor, case,
                 )
+                for revision in group:
+                    row = per_model.loc[revision]
+                    rows.append(
+                        {
+                            "suite": row["suite"], "model": model, "revision": revision,
+                            "step": row["step"], "tensor": tensor, "group": group[0],
+                            "group_size": len(group),
+                            "identical_to": ";".join(r for r in group if r != revision),
+                            "sha256": row[column],
+                        }
+                    )
     return pd.DataFrame.from_records(rows, columns=IDENTICAL_COLUMNS)
 
 
@@ -336,7 +349,7 @@ def attention_table(
     """One row per checkpoint x layer x head x kind with the low-rank metrics.
 
     relative_depth = (layer + 1) / n_layers (the block's output depth, as in Fig. 2);
-    identical_head flags the revisions listed in the identical-heads table; model_order:
+    identical_weights flags the revisions listed in the identical-heads table; model_order:
     row order of the models (the plan's), by name when None.
     """
     if not paths:
@@ -362,7 +375,7 @@ def attention_table(
             )
     table = pd.concat(frames, ignore_index=True)
     flagged = set() if identical is None else set(zip(identical["model"], identical["revision"]))
-    table["identical_head"] = [(m, r) in flagged for m, r in zip(table["model"], table["revision"])]
+    table["identical_weights"] = [(m, r) in flagged for m, r in zip(table["model"], table["revision"])]
     return _in_order(table, model_order, ["step", "kind", "layer", "head"])
 
 

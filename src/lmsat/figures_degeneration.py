@@ -3,8 +3,8 @@
 Each function draws one figure from a tidy table of `lmsat.degeneration` and saves it as
 PNG and PDF (`lmsat.figures.save_figure`). Training time is on a log axis of tokens, so
 step 0 (0 tokens) is left out of the along-training panels, as in Fig. 1a. Revisions whose
-head is bit-identical to another revision's (`identical_head`) are drawn hollow (points)
-or dashed (curves), and a note says so.
+LM head or input embedding is bit-identical to another revision's (`identical_weights`) are
+drawn hollow (points) or dashed (curves), and a note says so.
 
     plot_anisotropy_depth(layers, ["fig2.png", "fig2.pdf"], suites=["toy"])
 """
@@ -21,7 +21,7 @@ from matplotlib.colors import ListedColormap, Normalize, SymLogNorm  # noqa: E40
 
 from lmsat.figures import save_figure  # noqa: E402
 
-IDENTICAL_NOTE = "hollow/dashed: head bit-identical to another revision (tables/identical_heads.csv)"
+IDENTICAL_NOTE = "hollow/dashed: head or embedding bit-identical to another revision's (tables/identical_weights.csv)"
 ATTENTION_PANELS = (  # (column, y label); linear axes show "towards 1" and "towards 0" as such
     ("effective_rank", "effective rank"),
     ("nuclear_ratio", "nuclear ratio"),
@@ -114,7 +114,7 @@ def plot_head_spectra(spectra: pd.DataFrame, paths) -> None:
     fig, axes = _grid(len(models), 4, 3.4, 2.8, sharey=True)
     for ax, model in zip(axes, models):
         rows = spectra[spectra["model"] == model]
-        for (_, step, flagged), curve in rows.groupby(["revision", "step", "identical_head"], sort=False):
+        for (_, step, flagged), curve in rows.groupby(["revision", "step", "identical_weights"], sort=False):
             ax.plot(
                 curve["index"], curve["normalised"], color=cmap(norm(step)), lw=0.9 if flagged else 1.1,
                 ls="--" if flagged else "-", alpha=0.9,
@@ -126,7 +126,7 @@ def plot_head_spectra(spectra: pd.DataFrame, paths) -> None:
     axes[0].set_ylabel(r"$\sigma_i / \sigma_1$")
     mappable = plt.cm.ScalarMappable(norm=norm, cmap=cmap)
     fig.colorbar(mappable, ax=list(axes), label="training step", shrink=0.9)
-    if spectra["identical_head"].any():
+    if spectra["identical_weights"].any():
         _note(fig, IDENTICAL_NOTE)
     save_figure(fig, paths)
 
@@ -147,7 +147,7 @@ def plot_singular_entropy(entropy: pd.DataFrame, paths, power: int = 1) -> None:
         rows = rows_all[rows_all["model"] == model]
         colour = colours[model]
         ax.plot(rows["tokens"], rows[column], lw=1.2, color=colour, label=model)
-        ok, flagged = rows[~rows["identical_head"]], rows[rows["identical_head"]]
+        ok, flagged = rows[~rows["identical_weights"]], rows[rows["identical_weights"]]
         ax.scatter(ok["tokens"], ok[column], s=16, color=colour, zorder=3)
         ax.scatter(flagged["tokens"], flagged[column], s=16, facecolors="none", edgecolors=colour, zorder=3)
     ax.set_xscale("log")
@@ -155,14 +155,14 @@ def plot_singular_entropy(entropy: pd.DataFrame, paths, power: int = 1) -> None:
     ax.set_ylabel("singular entropy (nats)" + (r", $p \propto \sigma$" if power == 1 else r", $p \propto \sigma^2$"))
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="best")
-    if rows_all["identical_head"].any():
+    if rows_all["identical_weights"].any():
         _note(fig, IDENTICAL_NOTE)
     save_figure(fig, paths)
 
 
 def attention_medians(attention: pd.DataFrame) -> pd.DataFrame:
     """Median over heads of each metric, per checkpoint x layer x kind (what the figure draws)."""
-    keys = ["suite", "model", "revision", "step", "tokens", "identical_head", "kind", "layer", "relative_depth"]
+    keys = ["suite", "model", "revision", "step", "tokens", "identical_weights", "kind", "layer", "relative_depth"]
     columns = [name for name, _ in ATTENTION_PANELS]
     return attention.groupby(keys, sort=False)[columns].median().reset_index()
 
@@ -187,7 +187,7 @@ def plot_attention_lowrank(attention: pd.DataFrame, paths) -> None:
                 curve = curve.sort_values("step")
                 colour = cmap(0.85 * depth)
                 ax.plot(curve["tokens"], curve[column], ls="-" if kind == "qk" else "--", lw=1.1, color=colour)
-                flagged = curve[curve["identical_head"]]
+                flagged = curve[curve["identical_weights"]]
                 ax.scatter(flagged["tokens"], flagged[column], s=14, facecolors="none", edgecolors=colour, zorder=3)
             ax.set_xscale("log")
             ax.grid(alpha=0.3)
@@ -202,6 +202,6 @@ def plot_attention_lowrank(attention: pd.DataFrame, paths) -> None:
     axes[0, -1].legend(handles=handles, fontsize=7, loc="best")
     mappable = plt.cm.ScalarMappable(norm=Normalize(0, 1), cmap=ListedColormap(cmap(np.linspace(0, 0.85, 256))))
     fig.colorbar(mappable, ax=axes.ravel().tolist(), label="relative layer depth", shrink=0.6)
-    if medians["identical_head"].any():
-        _note(fig, "hollow: revision whose LM head is bit-identical to another's (tables/identical_heads.csv)")
+    if medians["identical_weights"].any():
+        _note(fig, "hollow: head or embedding bit-identical to another revision's (tables/identical_weights.csv)")
     save_figure(fig, paths)

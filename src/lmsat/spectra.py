@@ -22,8 +22,8 @@ Logs are natural (nats).
 Pythia pads its head to a multiple of 128 rows (50304 rows for 50277 tokenizer entries);
 the padding rows are never a target (the softmax only pushes their logits down), so they
 are not part of the vocabulary's geometry. `n_valid_rows` keeps only the first rows.
-`matrix_sha256` / `identical_heads` detect checkpoints that serve the same head
-(EleutherAI/pythia issue #205: many pythia-2.8b branches hold final-era weights).
+`matrix_sha256` / `identical_heads` detect checkpoints that serve the same head or embedding
+(EleutherAI/pythia#205: many pythia-2.8b branches hold final-era weights; #206).
 """
 
 import hashlib

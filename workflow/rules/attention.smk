@@ -10,7 +10,7 @@ localrules:
 rule tabulate_attention:
     input:
         files=checkpoint_files("results/attention/{model}/{revision}.h5"),
-        identical="results/tables/identical_heads.csv",
+        identical="results/tables/identical_weights.csv",
     output:
         "results/tables/attention_lowrank.csv",
     log:

@@ -166,7 +166,7 @@ def final_outputs():
             "results/figures/fig5_singular_entropy.pdf",
             "results/figures/attention_lowrank.png",
             "results/figures/attention_lowrank.pdf",
-            "results/tables/identical_heads.csv",
+            "results/tables/identical_weights.csv",
         ]
         + bottleneck_outputs()
         + ngram_outputs()

@@ -1,5 +1,5 @@
-# LM-head spectra along training (Godey et al. 4.2): the tables, the identical-heads check
-# (EleutherAI/pythia#205), Fig. 4 (normalised spectra) and Fig. 5 (singular entropy).
+# LM-head spectra along training (Godey et al. 4.2): the tables, the identical-weights check
+# (EleutherAI/pythia#205, #206), Fig. 4 (normalised spectra) and Fig. 5 (singular entropy).
 
 
 localrules:
@@ -14,8 +14,8 @@ rule tabulate_spectra:
         spectra="results/tables/spectra.csv",
         entropy="results/tables/singular_entropy.csv",
         identical=report(
-            "results/tables/identical_heads.csv",
-            caption="../report/identical_heads.rst",
+            "results/tables/identical_weights.csv",
+            caption="../report/identical_weights.rst",
             category="Representation degeneration",
         ),
     log:

@@ -1,4 +1,4 @@
-"""Rule tabulate_spectra: tables of Figs. 4 and 5, and the revisions with identical heads."""
+"""Rule tabulate_spectra: tables of Figs. 4 and 5, and the revisions with identical weights."""
 
 from lmsat.degeneration import spectra_tables, write_csv
 from lmsat.io import setup_logging
