@@ -5,11 +5,15 @@
 
 Backbone: a randomly initialised Pythia-160m-shaped GPT-NeoX (d = 768, 12 layers, 12
 heads, V = 50304); head: LowRankHead of rank 64. Both paths run the very same
-`lmsat.heads.train_head` (same config, steps, tokens, batch sampling); only the source of
-the representations differs:
+`lmsat.heads.train_head` (same config, steps, windows and tokens per step); only the
+source of the representations differs:
   * cache:    `ShardedRepresentations` over HDF5 shards (float16 hidden states) written
               once by one pass of the backbone over the same number of tokens;
   * backbone: a reader that runs the frozen backbone (no grad) on every sampled batch.
+              It runs each window as one sequence, whereas a cached window may start
+              mid-sequence and carries the left context of the forward that wrote it:
+              the same compute per window, but other representations, so the two
+              final losses differ.
 The cache's one-off build time is printed too, with the break-even over a grid of runs
 (the paper trains one head per rank x learning rate on the same representations).
 """
