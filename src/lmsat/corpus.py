@@ -73,7 +73,7 @@ def _hf_documents(spec: dict, name: str, policy, sleep) -> Iterator[str]:
     count of tries starts again whenever rows were read since the last fault."""
     import datasets
 
-    from lmsat.fetch import RetryPolicy, is_transient
+    from lmsat.fetch import RetryPolicy, is_transient, retry_wait
 
     policy = policy or RetryPolicy()
     done, failures, done_at_failure = 0, 0, -1
@@ -99,14 +99,12 @@ def _hf_documents(spec: dict, name: str, policy, sleep) -> Iterator[str]:
         except Exception as error:  # datasets raises many types; name the corpus in all of them
             failures = failures + 1 if done == done_at_failure else 1
             done_at_failure = done
-            if failures >= policy.attempts or not is_transient(error):
+            wait = retry_wait(error, failures, policy, what=f"corpus {name}: reading {spec['path']} after {done} rows")
+            if wait is None:
                 tries = f" (try {failures} of {policy.attempts})" if is_transient(error) else ""
                 raise CorpusError(
                     f"cannot load dataset {spec['path']} for corpus {name} after {done} rows{tries}: {error}"
                 ) from error
-            wait = policy.wait_s(failures)
-            log.warning("corpus %s: reading %s failed after %d rows (%s: %s); trying again in %.0f s",
-                        name, spec["path"], done, type(error).__name__, error, wait)
             sleep(wait)
 
 

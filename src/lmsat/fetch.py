@@ -108,17 +108,26 @@ def is_transient(error: BaseException) -> bool:
     return False
 
 
+def retry_wait(error: BaseException, failed_attempt: int, policy: RetryPolicy, *, what: str) -> float | None:
+    """Seconds to wait (logged) before trying `what` again after its `failed_attempt`-th try
+    (1-based) failed with `error`; None to give up: a permanent error, or the last try."""
+    if failed_attempt >= policy.attempts or not is_transient(error):
+        return None
+    wait = policy.wait_s(failed_attempt)
+    log.warning("%s: try %d of %d failed (%s: %s); trying again in %.0f s",
+                what, failed_attempt, policy.attempts, type(error).__name__, error, wait)
+    return wait
+
+
 def with_backoff(call, policy: RetryPolicy, *, what: str, sleep=time.sleep):
     """`call()`, tried up to policy.attempts times while it fails with a transient error."""
     for attempt in range(1, policy.attempts + 1):
         try:
             return call()
         except Exception as error:
-            if attempt == policy.attempts or not is_transient(error):
+            wait = retry_wait(error, attempt, policy, what=what)
+            if wait is None:
                 raise
-            wait = policy.wait_s(attempt)
-            log.warning("%s: try %d of %d failed (%s: %s); trying again in %.0f s",
-                        what, attempt, policy.attempts, type(error).__name__, error, wait)
             sleep(wait)
 
 
