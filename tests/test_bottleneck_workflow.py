@@ -331,8 +331,9 @@ def _cache_job(saved_model, out, sample=""):
             model=entry.__dict__, tokenizer=dict(source="local", id=str(root / "tokenizer"), revision="main"),
             corpora={"train": "words", "eval": "words"}, corpus_specs={"words": spec}, sample_corpus="words",
             seq_len=8, train_tokens=160, eval_tokens=40, pool_factor=2, storage_dtype="float32",
-            chunk_tokens=64, dtype="float32", batch_size=4, device="cpu", seed=0, threads=1,
+            chunk_tokens=64, dtype="float32", batch_size=4, seed=0,
         ),
+        threads=1, config=dict(device="cpu"),  # operational: from the job, not params
     )
 
 
@@ -365,7 +366,8 @@ def test_cache_and_training_scripts_run_and_resume(saved_model, tmp_path):
         output=Namedlist([str(tmp_path / "run.json")]),
         log=[str(tmp_path / "run.log")],
         wildcards=SimpleNamespace(model="tiny", rank="4", lr="0.01"),
-        params=SimpleNamespace(settings=settings, lr=0.01, state_dir=str(state_dir), device="cpu", seed=0, threads=1),
+        params=SimpleNamespace(settings=settings, lr=0.01, state_dir=str(state_dir), seed=0),
+        threads=1, config=dict(device="cpu"),
     )
     # a run killed after 4 of its 6 steps, and a stale state of another config
     cfg = bottleneck.train_config(settings, 0.01, 0)
@@ -390,7 +392,8 @@ def test_ngram_scripts_write_the_tables(saved_model, tmp_path):
         wildcards=SimpleNamespace(corpus="words", tokenizer="words"),
         params=SimpleNamespace(corpus=dict(type="text_files", files=[str(corpus)], text_field="text", max_documents=0),
                                tokenizer=dict(source="local", id=str(root / "tokenizer"), revision="main"),
-                               order=3, max_tokens=0, device="cpu"),
+                               order=3, max_tokens=0),
+        threads=1, config=dict(device="cpu"),
     )
     script("count_corpus_ngrams").main(job)
     table = tmp_path / "ngram_werror.csv"

@@ -121,10 +121,10 @@ def run_checkpoint_job(model, revision, step, root, out):
             tokenizer=dict(source="local", id=str(root / "tokenizer"), revision="main"),
             drop_padding_rows=True,
             extraction=SETTINGS,
-            device="cpu",
             seed=0,
-            threads=1,
         ),
+        threads=1,
+        config=dict(device="cpu"),  # operational: from the job, not params
     )
     script("analyse_checkpoint").main(job)
     return spectra, attention, cache

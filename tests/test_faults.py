@@ -73,14 +73,14 @@ MIRROR_ID, MIRROR_REVISION = "lmsat-test/mirror", "step1"
 CHECKPOINTS = [("toy-d16", "step0"), ("toy-d16", "step16"), ("mirror", MIRROR_REVISION)]
 # The loss table (every checkpoint's cache and loss record) and the hub checkpoint's weight
 # analysis: every job that reads its fetched files.
-TARGETS = ["results/tables/loss.csv", f"results/spectra/mirror/{MIRROR_REVISION}.h5"]
+TARGETS = ["results/default/tables/loss.csv", f"results/default/spectra/mirror/{MIRROR_REVISION}.h5"]
 
 
 def entry(**kwargs) -> ModelEntry:
     base = dict(
         name="mirror", suite="hub", source="hub", id=MIRROR_ID, hidden_size=16, vocab_size=264, n_params=0,
         tokenizer="toy", tokens_per_step=256, revisions=(MIRROR_REVISION,), steps=(1,), allow_pickle=False,
-        trust_remote_code=False, key="suites.hub.models[0]",
+        trust_remote_code=False, key="suites.hub.models[0]", results="results/default",
     )
     return ModelEntry(**{**base, **kwargs})
 
@@ -144,7 +144,7 @@ def faulted_run(tmp_path_factory, corpora):
     """--keep-going with an unfetchable model, an empty corpus and a too-small corpus."""
     workdir = tmp_path_factory.mktemp("faulted")
     stage_mirror(workdir)
-    bad_samples = ["results/samples/empty/toy.h5", "results/samples/tiny/toy.h5"]
+    bad_samples = ["results/default/samples/empty/toy.h5", "results/default/samples/tiny/toy.h5"]
     result = snakemake(workdir, run_config(corpora, broken_model=True), "--keep-going", *TARGETS, *bad_samples,
                        env=OFFLINE)
     return workdir, result
@@ -168,9 +168,9 @@ def clean_run(tmp_path_factory, corpora, resumed_run):
 
 
 def checkpoint_outputs(model, revision):
-    outputs = [f"results/cache/{model}/{revision}.h5", f"results/metrics/loss/{model}/{revision}.json"]
+    outputs = [f"results/default/cache/{model}/{revision}.h5", f"results/default/metrics/loss/{model}/{revision}.json"]
     if model != "toy-d16":
-        outputs += [f"results/spectra/{model}/{revision}.h5", f"results/attention/{model}/{revision}.h5"]
+        outputs += [f"results/default/spectra/{model}/{revision}.h5", f"results/default/attention/{model}/{revision}.h5"]
     return outputs
 
 
@@ -195,12 +195,12 @@ def test_bad_config_fails_before_any_job_naming_the_key(tmp_path, mutate, key, p
 @slow
 def test_bad_corpora_fail_their_sample_job_naming_corpus_and_key(faulted_run):
     workdir, result = faulted_run
-    empty = (workdir / "logs/sample_eval_tokens/empty/toy.log").read_text()
+    empty = (workdir / "logs/default/sample_eval_tokens/empty/toy.log").read_text()
     assert "corpus empty (config key 'corpora.empty') has no documents" in empty
-    tiny = (workdir / "logs/sample_eval_tokens/tiny/toy.log").read_text()
+    tiny = (workdir / "logs/default/sample_eval_tokens/tiny/toy.log").read_text()
     assert "sample.n_tokens=512" in tiny and "lower sample.n_tokens or use a larger corpus" in tiny
     for name in ("empty", "tiny"):
-        assert not (workdir / f"results/samples/{name}/toy.h5").exists()
+        assert not (workdir / f"results/default/samples/{name}/toy.h5").exists()
 
 
 def test_bad_corpus_errors_from_the_library(tmp_path, corpora):
@@ -308,14 +308,14 @@ def test_permanent_faults_are_not_retried():
 def test_unfetchable_model_fails_only_its_own_jobs(faulted_run):
     workdir, result = faulted_run
     assert result.returncode != 0
-    log = (workdir / "logs/fetch_checkpoint/ghost/step1.log").read_text()
+    log = (workdir / "logs/default/fetch_checkpoint/ghost/step1.log").read_text()
     assert "cannot fetch model ghost (lmsat-test/ghost) at revision step1" in log and "HF_HUB_OFFLINE" in log
     assert result.stdout.count("Trying to restart job") >= 1  # rule `retries` (fetch.retries: 1)
     for model, revision in CHECKPOINTS:  # every unaffected output is there
         for path in checkpoint_outputs(model, revision):
             assert (workdir / path).is_file(), path
     assert not any((workdir / path).exists() for path in checkpoint_outputs("ghost", "step1"))
-    assert not (workdir / "results/tables/loss.csv").exists()  # no table from part of the checkpoints
+    assert not (workdir / "results/default/tables/loss.csv").exists()  # no table from part of the checkpoints
 
 
 @slow
@@ -323,7 +323,7 @@ def test_rerun_completes_the_rest_without_recomputing(resumed_run):
     workdir, result = resumed_run
     assert result.returncode == 0, result.stdout[-3000:]
     assert job_counts(result.stdout) == {"tabulate_loss": 1, "total": 1}
-    table = pd.read_csv(workdir / "results/tables/loss.csv")
+    table = pd.read_csv(workdir / "results/default/tables/loss.csv")
     assert sorted(zip(table["model"], table["revision"])) == sorted(CHECKPOINTS)
 
 
@@ -444,7 +444,7 @@ def test_corrupt_caches_fail_the_jobs_that_read_them(resumed_run, tmp_path):
     source, _ = resumed_run
     workdir = tmp_path / "run"
     shutil.copytree(source, workdir, symlinks=True)
-    caches = {name: workdir / f"results/cache/{m}/{r}.h5" for name, (m, r) in zip(("truncated", "nan", "foreign"),
+    caches = {name: workdir / f"results/default/cache/{m}/{r}.h5" for name, (m, r) in zip(("truncated", "nan", "foreign"),
                                                                                   CHECKPOINTS)}
     caches["truncated"].write_bytes(caches["truncated"].read_bytes()[:4000])
     with h5py.File(caches["nan"], "r+") as f:
@@ -452,8 +452,8 @@ def test_corrupt_caches_fail_the_jobs_that_read_them(resumed_run, tmp_path):
     with h5py.File(caches["foreign"], "r+") as f:
         f.attrs["sample_sha256"] = "0" * 64  # made from another token sample
     for model, revision in CHECKPOINTS:  # their records must be recomputed from the caches
-        (workdir / f"results/metrics/loss/{model}/{revision}.json").unlink()
-    table = (workdir / "results/tables/loss.csv").read_bytes()
+        (workdir / f"results/default/metrics/loss/{model}/{revision}.json").unlink()
+    table = (workdir / "results/default/tables/loss.csv").read_bytes()
 
     config = yaml.safe_load((source / "config.yaml").read_text())
     result = snakemake(workdir, config, "--keep-going", TARGETS[0])
@@ -461,12 +461,12 @@ def test_corrupt_caches_fail_the_jobs_that_read_them(resumed_run, tmp_path):
     expected = {"truncated": "is unreadable or truncated", "nan": "per-token losses contain NaN/Inf",
                 "foreign": "was made with sample_sha256='0000"}
     for (model, revision), (name, problem) in zip(CHECKPOINTS, expected.items()):
-        log = (workdir / f"logs/compute_checkpoint_metric/loss/{model}/{revision}.log").read_text()
+        log = (workdir / f"logs/default/compute_checkpoint_metric/loss/{model}/{revision}.log").read_text()
         assert str(caches[name].relative_to(workdir)) in log and problem in log, (name, log[-2000:])
         assert "delete it and rerun" in log or "delete the cache and rerun" in log
     assert job_counts(result.stdout) == {"compute_checkpoint_metric": 3, "tabulate_loss": 1, "total": 4}
     assert "rule tabulate_loss:" not in result.stdout  # planned, never run: nothing aggregated
-    assert (workdir / "results/tables/loss.csv").read_bytes() == table
+    assert (workdir / "results/default/tables/loss.csv").read_bytes() == table
 
 
 # ------------------------------------------------------------------ 5. disk
@@ -619,11 +619,11 @@ def test_same_config_and_seed_give_identical_caches_and_tables(resumed_run, clea
     second, config, result = clean_run
     assert result.returncode == 0, result.stdout[-3000:]
     for model, revision in CHECKPOINTS:
-        path = f"results/cache/{model}/{revision}.h5"
+        path = f"results/default/cache/{model}/{revision}.h5"
         assert (first / path).read_bytes() == (second / path).read_bytes(), path
-        record = f"results/metrics/loss/{model}/{revision}.json"
+        record = f"results/default/metrics/loss/{model}/{revision}.json"
         assert (first / record).read_text() == (second / record).read_text()
-    a, b = (pd.read_csv(d / "results/tables/loss.csv") for d in (first, second))
+    a, b = (pd.read_csv(d / "results/default/tables/loss.csv") for d in (first, second))
     pd.testing.assert_frame_equal(a.drop(columns="config_sha256"), b.drop(columns="config_sha256"))
     # the tables name the config that made them (the clean run kept its checkpoints: another config)
     assert set(b["config_sha256"]) == {config_sha256(load_plan(config, SCHEMA).config)} != set(a["config_sha256"])

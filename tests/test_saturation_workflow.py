@@ -229,7 +229,7 @@ def snakemake_dry_run(*args):
 
 
 def test_default_plan_evaluates_best_and_final_behind_the_checkpoint():
-    targets = ["results/tables/table1.csv", "results/tables/scaling_fit.csv", "results/figures/fig1b_scaling.png"]
+    targets = ["results/default/tables/table1.csv", "results/default/tables/scaling_fit.csv", "results/default/figures/fig1b_scaling.png"]
     code, output = snakemake_dry_run(*targets, "--quiet", "rules")
     assert code == 0, output[-2000:]
     counts = dict(line.split() for line in output.splitlines() if len(line.split()) == 2 and line.split()[1].isdigit())

@@ -47,8 +47,8 @@ N_SEQ, CHUNK = 256, 2  # eval sequences; sequences per cache chunk -> 128 chunks
 # cores; LMSAT_SLURM_TARGETS=all runs it.
 TARGETS = os.environ.get(
     "LMSAT_SLURM_TARGETS",
-    "results/tables/loss.csv results/figures/fig1a_loss.png results/tables/anisotropy_training.csv "
-    "results/tables/spectra.csv",
+    "results/default/tables/loss.csv results/default/figures/fig1a_loss.png results/default/tables/anisotropy_training.csv "
+    "results/default/tables/spectra.csv",
 ).split()
 
 pytestmark = pytest.mark.skipif(
@@ -128,7 +128,7 @@ class ExtractionKiller(threading.Thread):
 
     def run(self):
         while not self.stop.is_set() and self.killed is None:
-            for parts in self.run_dir.glob("results/cache/*/*.h5.parts"):
+            for parts in self.run_dir.glob("results/default/cache/*/*.h5.parts"):
                 if next(parts.glob("chunk_*.npz"), None) is not None:
                     self.kill(parts)
                     break
@@ -247,8 +247,8 @@ def test_gpu_rules_ask_slurm_for_a_gpu_and_metric_jobs_share_group_jobs(runs):
 
 
 def test_slurm_results_equal_local_results(runs):
-    tables = sorted(p.relative_to(runs["local_dir"]) for p in (runs["local_dir"] / "results" / "tables").glob("*.csv"))
-    assert Path("results/tables/loss.csv") in tables
+    tables = sorted(p.relative_to(runs["local_dir"]) for p in (runs["local_dir"] / "results" / "default" / "tables").glob("*.csv"))
+    assert Path("results/default/tables/loss.csv") in tables
     for table in tables:
         assert (runs["slurm_dir"] / table).read_text() == (runs["local_dir"] / table).read_text(), table
 
@@ -264,7 +264,7 @@ def test_killed_extraction_is_resubmitted_and_resumes_its_chunks(runs):
     assert runs["jobs"][retry]["state"] == "COMPLETED"
     assert "--attempt 2" in attempts[1].read_text()
 
-    log = (runs["slurm_dir"] / "logs" / "analyse_checkpoint" / killed["model"] / f"{killed['revision']}.log").read_text()
+    log = (runs["slurm_dir"] / "logs" / "default" / "analyse_checkpoint" / killed["model"] / f"{killed['revision']}.log").read_text()
     n_chunks = N_SEQ // CHUNK
     resumed = re.search(rf"resuming \S+: (\d+) of {n_chunks} chunks already done", log)
     assert resumed, log[:2000]
@@ -272,25 +272,25 @@ def test_killed_extraction_is_resubmitted_and_resumes_its_chunks(runs):
     assert killed["chunks"] <= done < n_chunks
     computed = re.findall(rf"chunk \d+/{n_chunks}:", log)
     assert len(computed) == n_chunks - done  # only the missing chunks were computed again
-    cache = runs["slurm_dir"] / "results" / "cache" / killed["model"] / f"{killed['revision']}.h5"
+    cache = runs["slurm_dir"] / "results" / "default" / "cache" / killed["model"] / f"{killed['revision']}.h5"
     assert cache.read_bytes() == (runs["local_dir"] / cache.relative_to(runs["slurm_dir"])).read_bytes()
 
 
 def test_failing_job_fails_the_run_and_shows_its_log(runs):
     """Corrupt the token sample: the extraction rerun (newer input) fails at run time."""
     run_dir = runs["slurm_dir"]
-    (run_dir / "results" / "samples" / "synthetic" / "toy.h5").write_bytes(b"not an HDF5 file")
-    target = "results/cache/toy-d16/step0.h5"
+    (run_dir / "results" / "default" / "samples" / "synthetic" / "toy.h5").write_bytes(b"not an HDF5 file")
+    target = "results/default/cache/toy-d16/step0.h5"
     args = ["--configfile", str(runs["configfile"])] + SLURM_PROFILES + ["--retries", "0", target]
     failed = run(args, run_dir, name="failing")
     assert failed.returncode != 0
     assert "Error in rule analyse_checkpoint" in failed.stdout
     job_id = re.findall(r"has been submitted with SLURM jobid (\d+)", failed.stdout)[-1]
     assert slurm_jobs()[job_id]["state"] == "FAILED"
-    error = "token sample results/samples/synthetic/toy.h5 is unreadable"
+    error = "token sample results/default/samples/synthetic/toy.h5 is unreadable"
     assert error in slurm_logs(run_dir)[job_id]
     # show-failed-logs prints the rule's log (and, after it, the SLURM log) into the main log
     assert error in failed.stdout, (
-        "the failed job's log was not shown: its rule log logs/analyse_checkpoint/toy-d16/step0.log "
+        "the failed job's log was not shown: its rule log logs/default/analyse_checkpoint/toy-d16/step0.log "
         "must hold the exception (Snakemake 9.27 stops showing logs at the first empty one)"
     )

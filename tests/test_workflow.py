@@ -15,6 +15,7 @@ import h5py
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 
 from conftest import ROOT
 
@@ -38,19 +39,19 @@ def default_run(tmp_path_factory):
 
 def test_loss_table_and_figure(default_run):
     workdir, elapsed = default_run
-    table = pd.read_csv(workdir / "results/tables/loss.csv")
+    table = pd.read_csv(workdir / "results/default/tables/loss.csv")
     assert list(table.columns[:9]) == ["suite", "model", "revision", "step", "tokens", "loss", "loss_sem", "is_best", "is_final"]
     assert set(table["model"]) == {"toy-d16", "toy-d32", "toy-d64", "toy-d128"}
     assert len(table) == 4 * 9  # toy schedule, log_base 4: steps 0, 1, 4, 16, 64, 200, 400, 600, 800
     assert (table.groupby("model")["is_best"].sum() == 1).all() and (table.groupby("model")["is_final"].sum() == 1).all()
     for name in ("fig1a_loss.png", "fig1a_loss.pdf"):
-        assert (workdir / "results/figures" / name).stat().st_size > 10_000
+        assert (workdir / "results/default/figures" / name).stat().st_size > 10_000
 
 
 def test_toy_losses_fall_and_stay_above_the_entropy_rate(default_run):
     workdir, _ = default_run
-    table = pd.read_csv(workdir / "results/tables/loss.csv")
-    with h5py.File(workdir / "results/toy/language.h5") as f:
+    table = pd.read_csv(workdir / "results/default/tables/loss.csv")
+    with h5py.File(workdir / "results/default/toy/language.h5") as f:
         entropy_rate = float(f.attrs["entropy_rate"])
     final = {}
     for model, rows in table.groupby("model"):
@@ -67,16 +68,16 @@ def test_toy_losses_fall_and_stay_above_the_entropy_rate(default_run):
 
 def test_cache_files_are_complete_and_consistent(default_run):
     workdir, _ = default_run
-    with h5py.File(workdir / "results/samples/synthetic/toy.h5") as f:
+    with h5py.File(workdir / "results/default/samples/synthetic/toy.h5") as f:
         sha = f.attrs["sha256"]
         n_seq, seq_len = f["tokens"].shape
-    table = pd.read_csv(workdir / "results/tables/loss.csv")
+    table = pd.read_csv(workdir / "results/default/tables/loss.csv")
     final = table[(table["model"] == "toy-d64") & table["is_final"]]["revision"].item()
-    with h5py.File(workdir / f"results/cache/toy-d64/{final}.h5") as f:
+    with h5py.File(workdir / f"results/default/cache/toy-d64/{final}.h5") as f:
         assert f.attrs["complete"] and f.attrs["sample_sha256"] == sha and f.attrs["revision"] == final
         assert f["hidden"].shape == (n_seq * seq_len, 64) and f["loss"].shape == (n_seq, seq_len - 1)
         assert np.isfinite(f["loss"][...]).all()
-    assert not list((workdir / "results/cache").rglob("*.parts"))
+    assert not list((workdir / "results/default/cache").rglob("*.parts"))
 
 
 def test_rerun_has_nothing_left_to_do(default_run):
@@ -87,3 +88,37 @@ def test_rerun_has_nothing_left_to_do(default_run):
         capture_output=True, text=True, timeout=300,
     )
     assert dry.returncode == 0 and "Nothing to be done" in dry.stdout + dry.stderr
+
+
+def test_operational_changes_rerun_nothing(default_run, tmp_path):
+    """What a user does after an OOM, a time limit or a hub outage: raise resources, threads
+    and retries, or move to another device. None of these changes a result, so a finished
+    run must stay finished (at paper scale a rerun is 1,540 GPU jobs and 7.6 TB fetched)."""
+    workdir, _ = default_run
+    config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    config["threads"] = 2
+    config["device"] = "cpu"
+    config["extraction"].update(mem_mb=config["extraction"].get("mem_mb", 4000) * 2, runtime=15)
+    config.setdefault("fetch", {}).update(retries=5, attempts=3, min_free_mb=1)
+    config.setdefault("bottleneck", {}).update(head_mem_mb=9000, cache_runtime=99)
+    changed = tmp_path / "config.yaml"
+    changed.write_text(yaml.safe_dump(config))
+    dry = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory", str(workdir),
+         "--configfile", str(changed), "-n"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    assert "Nothing to be done" in dry.stdout + dry.stderr, (dry.stdout + dry.stderr)[-3000:]
+
+
+def test_tables_record_the_library_source(default_run):
+    """A library edit reruns nothing; every table names the lmsat source that built it, and
+    each row the source that computed its checkpoint (lmsat.tables.with_provenance)."""
+    from lmsat.io import source_sha256
+
+    workdir, _ = default_run
+    for name in ("loss", "anisotropy_training", "singular_entropy", "attention_lowrank"):
+        table = pd.read_csv(workdir / f"results/default/tables/{name}.csv")
+        assert (table["lmsat_source_sha256"] == source_sha256()).all(), name
+        assert (table["row_lmsat_source"] == source_sha256()).all(), name

@@ -23,9 +23,9 @@ import yaml
 from lmsat import schedules
 
 TOY_ORG = "lmsat-toy"
-TOY_HUB_CACHE = "results/toy/hub"
-TOY_TOKENIZER_DIR = "results/toy/tokenizer"
-WEIGHTS_DIR = "results/weights"  # one hub cache per hub checkpoint (rule fetch_checkpoint)
+# A name that becomes a path component (run, suite, model, revision, ...): no separators,
+# no `..`, never hidden or absolute.
+SAFE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
 PICKLE_FILES = ("pytorch_model.bin", "pytorch_model.bin.index.json")
 
@@ -60,14 +60,15 @@ class ModelEntry:
     trust_remote_code: bool  # run the repository's own code
     key: str  # config key of this model, by name (suites.s.models[name=x]), for error messages
     num_layers: int = 0  # transformer blocks, checked when loaded (0 = unknown; sizes jobs)
+    results: str = "results"  # the run's output directory (results/<run>)
 
     def cache_dir(self, revision: str) -> str | None:
         """Hub cache holding `revision`: the toy suite's own, or the one that rule
         fetch_checkpoint fills for this hub checkpoint (None: a local directory)."""
         if self.source == "toy":
-            return TOY_HUB_CACHE
+            return toy_hub_cache(self.results)
         if self.source == "hub":
-            return f"{WEIGHTS_DIR}/{self.name}/{revision}"
+            return f"{self.results}/weights/{self.name}/{revision}"
         return None
 
     def pretrained_source(self, revision: str, cache_dir: str | None = None) -> tuple[str, dict]:
@@ -94,17 +95,56 @@ class Plan:
     config: dict
     models: dict[str, ModelEntry]
 
+    @property
+    def run(self) -> str:
+        return self.config["run"]
+
+    @property
+    def results(self) -> str:
+        """Where this run's outputs go; logs go to logs/<run>."""
+        return f"results/{self.run}"
+
     def checkpoints(self) -> list[tuple[str, str]]:
         """Every (model, revision) pair, suite by suite, in training order."""
         return [(m.name, r) for m in self.models.values() for r in m.revisions]
 
     def sample_path(self, tokenizer: str) -> str:
         corpus = self.config["sample"]["corpus"]
-        return f"results/samples/{corpus}/{tokenizer}.h5"
+        return f"{self.results}/samples/{corpus}/{tokenizer}.h5"
+
+
+def toy_hub_cache(results: str) -> str:
+    """The hub cache the toy suite's checkpoints are published to (rule train_toy_model)."""
+    return f"{results}/toy/hub"
+
+
+def operational_keys(schema: dict, prefix: tuple = ()) -> list[tuple[str, ...]]:
+    """Config keys the schema marks `operational: true`: they choose how a job runs
+    (resources, threads, device, retries), never what it computes. They stay out of job
+    params and of config_sha256, so raising `mem_mb` after an OOM reruns nothing."""
+    keys = []
+    for name, sub in schema.get("properties", {}).items():
+        if sub.get("operational"):
+            keys.append(prefix + (name,))
+        else:
+            keys += operational_keys(sub, prefix + (name,))
+    return keys
+
+
+def result_config(config: dict, schema: dict) -> dict:
+    """`config` without its operational keys: what shapes the results."""
+    config = copy.deepcopy(config)
+    for key in operational_keys(schema):
+        section = config
+        for part in key[:-1]:
+            section = section.get(part, {})
+        section.pop(key[-1], None)
+    return config
 
 
 def config_sha256(config: dict) -> str:
-    """SHA-256 of the validated config (defaults filled), independent of key order."""
+    """SHA-256 of a validated config (defaults filled; pass `result_config(...)` so that
+    operational settings do not change it), independent of key order."""
     return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -205,7 +245,7 @@ def _check_local_weights(directory: Path, allow_pickle: bool, key: str) -> None:
         raise ConfigError(key, f"{directory} has no {' or '.join(accepted)}", fix)
 
 
-def _models(config: dict) -> dict[str, ModelEntry]:
+def _models(config: dict, results: str) -> dict[str, ModelEntry]:
     models: dict[str, ModelEntry] = {}
     for suite_name, suite in config["suites"].items():
         for index, model in enumerate(suite["models"]):
@@ -253,6 +293,7 @@ def _models(config: dict) -> dict[str, ModelEntry]:
                 # By name, not index: the entry reaches jobs as a param, so an index would make
                 # inserting or reordering models rerun every later model's jobs.
                 key=f"suites.{suite_name}.models[name={name}]",
+                results=results,
             )
     return models
 
@@ -297,9 +338,36 @@ def _check_references(config: dict, models: dict[str, ModelEntry]) -> None:
                 )
 
 
-def load_plan(config: dict, schema_path: str | Path) -> Plan:
-    """Validate `config` against the schema, fill defaults, check references, expand."""
-    config = validate_config(config, load_yaml(schema_path))
-    models = _models(config)
+def check_path_name(key: str, name: str) -> str:
+    """`name`, if it is safe as a single path component; else a ConfigError naming `key`."""
+    if not isinstance(name, str) or not SAFE_NAME.fullmatch(name):
+        raise ConfigError(
+            key,
+            f"{name!r} cannot be used in file paths",
+            "use letters, digits, '.', '_' and '-' only, not starting with '.' (no '/', no '..')",
+        )
+    return name
+
+
+def _locate_run_files(config: dict, results: str) -> None:
+    """Point the files the pipeline itself builds (toy tokenizer, synthetic corpus) into the
+    run's directory, so jobs read them from their spec like any local file."""
+    for spec in config["tokenizers"].values():
+        if spec["source"] == "toy":
+            spec["id"] = f"{results}/toy/tokenizer"
+    for spec in config["corpora"].values():
+        if spec["type"] == "synthetic":
+            spec["files"] = [f"{results}/corpora/synthetic/{spec['split']}.txt"]
+
+
+def load_plan(config: dict, schema: str | Path | dict, default_run: str = "default") -> Plan:
+    """Validate `config` against the schema (a dict or its YAML file), fill defaults, check
+    references, expand. `default_run` names the run when the config does not (the stem of
+    its config file)."""
+    config = validate_config(config, schema if isinstance(schema, dict) else load_yaml(schema))
+    config["run"] = check_path_name("run", config["run"] or default_run)
+    results = f"results/{config['run']}"
+    _locate_run_files(config, results)
+    models = _models(config, results)
     _check_references(config, models)
     return Plan(config=config, models=models)

@@ -24,22 +24,16 @@ from lmsat.io import atomic_path
 
 log = logging.getLogger(__name__)
 
-SYNTHETIC_DIR = "results/corpora/synthetic"
-
 
 class CorpusError(ValueError):
     """A corpus that cannot give what the config asks of it."""
 
 
-def synthetic_file(split: str) -> str:
-    return f"{SYNTHETIC_DIR}/{split}.txt"
-
-
 def corpus_inputs(spec: dict) -> list[str]:
-    """Files a corpus reads (what a Snakemake rule must wait for)."""
-    if spec["type"] == "synthetic":
-        return [synthetic_file(spec["split"])]
-    if spec["type"] == "text_files":
+    """Files a corpus reads (what a Snakemake rule must wait for). A synthetic corpus is the
+    split that rule build_synthetic_language writes into the run's directory, located by
+    lmsat.config.load_plan."""
+    if spec["type"] in ("synthetic", "text_files"):
         return list(spec["files"])
     return []
 

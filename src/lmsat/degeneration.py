@@ -379,11 +379,12 @@ def attention_table(
     return _in_order(table, model_order, ["step", "kind", "layer", "head"])
 
 
-def write_csv(table: pd.DataFrame, path, config_sha256: str | None = None) -> None:
+def write_csv(table: pd.DataFrame, path, config_sha256: str | None = None, inputs=()) -> None:
     """Write a table atomically (the file appears only once complete); with `config_sha256`,
-    an aggregated table also records the config and library versions that made it."""
+    an aggregated table also records the config, library versions and source that made it
+    (and with `inputs`, the source that made each row: lmsat.tables.with_provenance)."""
     if config_sha256 is not None:
-        table = with_provenance(table, config_sha256)
+        table = with_provenance(table, config_sha256, inputs)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(path) as tmp:
         table.to_csv(tmp, index=False)

@@ -7,6 +7,8 @@ so a killed job never leaves a file that looks finished.
 from __future__ import annotations
 
 import contextlib
+import functools
+import hashlib
 import json
 import logging
 import os
@@ -74,11 +76,25 @@ def setup_logging(log_path: str | None = None, level=logging.INFO) -> None:
     sys.excepthook = log_uncaught
 
 
+@functools.lru_cache(maxsize=1)
+def source_sha256() -> str:
+    """SHA-256 of the lmsat package's own files (code and package data). Editing the library
+    reruns no job (a comment would otherwise rerun 1,540 GPU jobs); instead every output
+    records this hash, and each table marks the rows computed by other code."""
+    root = Path(__file__).parent
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        if path.is_file() and "__pycache__" not in path.parts:
+            digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
 def library_versions() -> dict[str, str]:
-    """Versions of the libraries that shape a result (recorded in every output)."""
+    """Versions of the libraries that shape a result, and the hash of lmsat's own source
+    (`lmsat_source`), recorded in every output."""
     from importlib import metadata
 
-    versions = {}
+    versions = {"lmsat_source": source_sha256()}
     for name in ("lmsat", "torch", "transformers", "numpy", "h5py", "tokenizers"):
         try:
             versions[name] = metadata.version(name)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 
-from lmsat.config import TOY_TOKENIZER_DIR, ModelEntry
+from lmsat.config import ModelEntry
 
 log = logging.getLogger(__name__)
 
@@ -21,6 +21,12 @@ DTYPES = ("float32", "bfloat16", "float16")
 
 class ModelLoadError(RuntimeError):
     """A checkpoint or tokenizer could not be loaded; the message names model and revision."""
+
+
+def job_device(snakemake) -> str:
+    """The device of a Snakemake job. Config key `device` is operational: read from the
+    config, never passed as a param, so moving a run to a GPU reruns nothing."""
+    return resolve_device(snakemake.config["device"])
 
 
 def resolve_device(device: str) -> str:
@@ -85,9 +91,7 @@ def load_tokenizer(spec: dict, name: str, policy=None):
 
     from lmsat.fetch import RetryPolicy, with_backoff
 
-    if spec["source"] == "toy":
-        target, kwargs = TOY_TOKENIZER_DIR, dict(local_files_only=True)
-    elif spec["source"] == "local":
+    if spec["source"] in ("toy", "local"):  # a toy tokenizer's id is its run's directory (load_plan)
         target, kwargs = spec["id"], dict(local_files_only=True)
     else:
         target, kwargs = spec["id"], dict(revision=spec["revision"])

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import logging
+from pathlib import Path
+
+import h5py
 import pandas as pd
 
-from lmsat.io import library_versions
+from lmsat.io import library_versions, source_sha256
+
+log = logging.getLogger(__name__)
 
 LOSS_COLUMNS = ["suite", "model", "revision", "step", "tokens", "loss", "loss_sem", "is_best", "is_final"]
 
@@ -25,10 +32,36 @@ def loss_table(records: list[dict]) -> pd.DataFrame:
     return table[LOSS_COLUMNS]
 
 
-def with_provenance(table: pd.DataFrame, config_sha256: str) -> pd.DataFrame:
-    """`table` with the config hash and library versions that made it, as constant columns."""
+def recorded_source(path) -> tuple[str, str, str]:
+    """(model, revision, lmsat source hash) recorded in a per-checkpoint output: a JSON
+    record or an HDF5 file (attributes); the hash is "" for a file from before it."""
+    if Path(path).suffix == ".json":
+        record = json.loads(Path(path).read_text())
+        return record["model"], record["revision"], record.get("lmsat_source", "")
+    with h5py.File(path, "r") as f:
+        versions = json.loads(f.attrs.get("versions", "{}"))
+        return str(f.attrs["model"]), str(f.attrs["revision"]), versions.get("lmsat_source", "")
+
+
+def with_provenance(table: pd.DataFrame, config_sha256: str, inputs=()) -> pd.DataFrame:
+    """`table` with the config hash, library versions and lmsat source hash that made it,
+    as constant columns. With the per-checkpoint `inputs` it was built from, each row also
+    gets `row_lmsat_source`: the source hash of the code that computed that checkpoint's
+    result, so rows computed before a library edit stand out (and a warning says so)."""
     table = table.copy()
     table["config_sha256"] = config_sha256
-    for name, version in library_versions().items():
+    versions = library_versions()
+    table["lmsat_source_sha256"] = versions.pop("lmsat_source")
+    for name, version in versions.items():
         table[f"{name}_version"] = version
+    if inputs:
+        made_by = {(model, revision): source for model, revision, source in map(recorded_source, inputs)}
+        table["row_lmsat_source"] = [made_by.get(key, "") for key in zip(table["model"], table["revision"])]
+        stale = table.loc[table["row_lmsat_source"] != source_sha256(), ["model", "revision"]].drop_duplicates()
+        if len(stale):
+            log.warning(
+                "%d checkpoints were computed by other lmsat code than this table's (column row_lmsat_source); "
+                "rerun them with --forcerun if the library change matters: %s",
+                len(stale), ", ".join(f"{m}@{r}" for m, r in stale.itertuples(index=False)),
+            )
     return table

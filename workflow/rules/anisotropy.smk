@@ -12,13 +12,15 @@ localrules:
 
 rule tabulate_anisotropy:
     input:
-        records=checkpoint_files("results/metrics/anisotropy/{model}/{revision}.json"),
-        loss="results/tables/loss.csv",
+        records=checkpoint_files(
+            "results/{run}/metrics/anisotropy/{model}/{revision}.json"
+        ),
+        loss="results/{run}/tables/loss.csv",
     output:
-        layers="results/tables/anisotropy_layers.csv",
-        training="results/tables/anisotropy_training.csv",
+        layers="results/{run}/tables/anisotropy_layers.csv",
+        training="results/{run}/tables/anisotropy_training.csv",
     log:
-        "logs/tabulate_anisotropy.log",
+        "logs/{run}/tabulate_anisotropy.log",
     conda:
         "../../envs/lmsat.yaml"
     params:
@@ -30,23 +32,23 @@ rule tabulate_anisotropy:
 
 rule plot_anisotropy:
     input:
-        layers="results/tables/anisotropy_layers.csv",
-        training="results/tables/anisotropy_training.csv",
+        layers="results/{run}/tables/anisotropy_layers.csv",
+        training="results/{run}/tables/anisotropy_training.csv",
     output:
         fig2_png=report(
-            "results/figures/fig2_anisotropy_depth.png",
+            "results/{run}/figures/fig2_anisotropy_depth.png",
             caption="../report/fig2_anisotropy_depth.rst",
             category="Representation degeneration",
         ),
-        fig2_pdf="results/figures/fig2_anisotropy_depth.pdf",
+        fig2_pdf="results/{run}/figures/fig2_anisotropy_depth.pdf",
         fig3_png=report(
-            "results/figures/fig3_anisotropy_training.png",
+            "results/{run}/figures/fig3_anisotropy_training.png",
             caption="../report/fig3_anisotropy_training.rst",
             category="Representation degeneration",
         ),
-        fig3_pdf="results/figures/fig3_anisotropy_training.pdf",
+        fig3_pdf="results/{run}/figures/fig3_anisotropy_training.pdf",
     log:
-        "logs/plot_anisotropy.log",
+        "logs/{run}/plot_anisotropy.log",
     conda:
         "../../envs/lmsat.yaml"
     params:

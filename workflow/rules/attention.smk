@@ -9,12 +9,12 @@ localrules:
 
 rule tabulate_attention:
     input:
-        files=checkpoint_files("results/attention/{model}/{revision}.h5"),
-        identical="results/tables/identical_weights.csv",
+        files=checkpoint_files("results/{run}/attention/{model}/{revision}.h5"),
+        identical="results/{run}/tables/identical_weights.csv",
     output:
-        "results/tables/attention_lowrank.csv",
+        "results/{run}/tables/attention_lowrank.csv",
     log:
-        "logs/tabulate_attention.log",
+        "logs/{run}/tabulate_attention.log",
     conda:
         "../../envs/lmsat.yaml"
     params:
@@ -26,16 +26,16 @@ rule tabulate_attention:
 
 rule plot_attention:
     input:
-        "results/tables/attention_lowrank.csv",
+        "results/{run}/tables/attention_lowrank.csv",
     output:
         png=report(
-            "results/figures/attention_lowrank.png",
+            "results/{run}/figures/attention_lowrank.png",
             caption="../report/attention_lowrank.rst",
             category="Low-rank attention",
         ),
-        pdf="results/figures/attention_lowrank.pdf",
+        pdf="results/{run}/figures/attention_lowrank.pdf",
     log:
-        "logs/plot_attention.log",
+        "logs/{run}/plot_attention.log",
     conda:
         "../../envs/lmsat.yaml"
     script:

@@ -18,11 +18,11 @@ rule build_head_cache:
     output:
         train=head_shards("train"),
         eval=head_shards("eval"),
-        manifest="results/bottleneck/cache/{model}/manifest.json",
+        manifest="results/{run}/bottleneck/cache/{model}/manifest.json",
     log:
-        "logs/build_head_cache/{model}.log",
+        "logs/{run}/build_head_cache/{model}.log",
     benchmark:
-        "benchmarks/out/build_head_cache/{model}.tsv"
+        "benchmarks/out/{run}/build_head_cache/{model}.tsv"
     conda:
         "../../envs/lmsat.yaml"
     threads: CONFIG["threads"]
@@ -33,7 +33,7 @@ rule build_head_cache:
         runtime=lambda wildcards, attempt: BOTTLENECK["cache_runtime"] * attempt,
         gpu=lambda wildcards: 1 if CONFIG["device"] == "cuda" else 0,
     params:
-        model=model_params,
+        model=final_model_params,
         tokenizer=lambda wildcards: CONFIG["tokenizers"][
             MODELS[wildcards.model].tokenizer
         ],
@@ -50,24 +50,22 @@ rule build_head_cache:
         chunk_tokens=BOTTLENECK["chunk_tokens"],
         dtype=CONFIG["extraction"]["dtype"],
         batch_size=CONFIG["extraction"]["batch_size"],
-        device=CONFIG["device"],
         seed=CONFIG["seed"],
-        threads=CONFIG["threads"],
     script:
         "../scripts/build_head_cache.py"
 
 
 rule train_rank_head:
     input:
-        manifest="results/bottleneck/cache/{model}/manifest.json",
+        manifest="results/{run}/bottleneck/cache/{model}/manifest.json",
         train=head_shards("train"),
         eval=head_shards("eval"),
     output:
-        "results/bottleneck/runs/{model}/r{rank}/lr{lr}.json",
+        "results/{run}/bottleneck/runs/{model}/r{rank}/lr{lr}.json",
     log:
-        "logs/train_rank_head/{model}/r{rank}/lr{lr}.log",
+        "logs/{run}/train_rank_head/{model}/r{rank}/lr{lr}.log",
     benchmark:
-        "benchmarks/out/train_rank_head/{model}/r{rank}/lr{lr}.tsv"
+        "benchmarks/out/{run}/train_rank_head/{model}/r{rank}/lr{lr}.tsv"
     wildcard_constraints:
         rank=r"\d+",
         lr=_alternatives(HEAD_LRS),
@@ -82,11 +80,9 @@ rule train_rank_head:
         settings=train_settings(BOTTLENECK),
         lr=lambda wildcards: HEAD_LRS[wildcards.lr],
         state_dir=lambda wildcards: (
-            f"results/bottleneck/state/{wildcards.model}/r{wildcards.rank}/lr{wildcards.lr}"
+            f"results/{wildcards.run}/bottleneck/state/{wildcards.model}/r{wildcards.rank}/lr{wildcards.lr}"
         ),
-        device=CONFIG["device"],
         seed=CONFIG["seed"],
-        threads=CONFIG["threads"],
     script:
         "../scripts/train_rank_head.py"
 
@@ -95,19 +91,20 @@ rule tabulate_bottleneck:
     input:
         runs=[run for model in BOTTLENECK["models"] for run in head_runs(model)],
         manifests=expand(
-            "results/bottleneck/cache/{model}/manifest.json",
+            "results/{run}/bottleneck/cache/{model}/manifest.json",
+            run=RUN,
             model=BOTTLENECK["models"],
         ),
         spectra=[final_spectrum(model) for model in BOTTLENECK["models"]],
     output:
         heads=report(
-            "results/tables/bottleneck_heads.csv",
+            "results/{run}/tables/bottleneck_heads.csv",
             caption="../report/bottleneck_heads.rst",
             category="Softmax bottleneck",
         ),
-        search="results/tables/bottleneck_lr_search.csv",
+        search="results/{run}/tables/bottleneck_lr_search.csv",
     log:
-        "logs/tabulate_bottleneck.log",
+        "logs/{run}/tabulate_bottleneck.log",
     conda:
         "../../envs/lmsat.yaml"
     params:
@@ -120,22 +117,22 @@ rule tabulate_bottleneck:
 
 rule plot_bottleneck:
     input:
-        heads="results/tables/bottleneck_heads.csv",
+        heads="results/{run}/tables/bottleneck_heads.csv",
     output:
         fig6_png=report(
-            "results/figures/fig6_rank_heads.png",
+            "results/{run}/figures/fig6_rank_heads.png",
             caption="../report/fig6_rank_heads.rst",
             category="Softmax bottleneck",
         ),
-        fig6_pdf="results/figures/fig6_rank_heads.pdf",
+        fig6_pdf="results/{run}/figures/fig6_rank_heads.pdf",
         fig8_png=report(
-            "results/figures/fig8_werror_loss.png",
+            "results/{run}/figures/fig8_werror_loss.png",
             caption="../report/fig8_werror_loss.rst",
             category="Softmax bottleneck",
         ),
-        fig8_pdf="results/figures/fig8_werror_loss.pdf",
+        fig8_pdf="results/{run}/figures/fig8_werror_loss.pdf",
     log:
-        "logs/plot_bottleneck.log",
+        "logs/{run}/plot_bottleneck.log",
     conda:
         "../../envs/lmsat.yaml"
     script:
@@ -144,18 +141,20 @@ rule plot_bottleneck:
 
 rule plot_ground_truth:
     input:
-        curves="results/tables/ngram_ground_truth.csv",
-        heads=("results/tables/bottleneck_heads.csv" if heads_on_synthetic() else []),
+        curves="results/{run}/tables/ngram_ground_truth.csv",
+        heads=(
+            "results/{run}/tables/bottleneck_heads.csv" if heads_on_synthetic() else []
+        ),
         language=TOY_LANGUAGE if heads_on_synthetic() else [],
     output:
         png=report(
-            "results/figures/ground_truth_bottleneck.png",
+            "results/{run}/figures/ground_truth_bottleneck.png",
             caption="../report/ground_truth_bottleneck.rst",
             category="Softmax bottleneck",
         ),
-        pdf="results/figures/ground_truth_bottleneck.pdf",
+        pdf="results/{run}/figures/ground_truth_bottleneck.pdf",
     log:
-        "logs/plot_ground_truth.log",
+        "logs/{run}/plot_ground_truth.log",
     conda:
         "../../envs/lmsat.yaml"
     script:

@@ -21,9 +21,9 @@ HEAD_SHARDS = {
 }
 
 
-def head_shards(name, model="{model}"):
+def head_shards(name, model="{model}", run="{run}"):
     return [
-        f"results/bottleneck/cache/{model}/{name}_{shard:04d}.h5"
+        f"results/{run}/bottleneck/cache/{model}/{name}_{shard:04d}.h5"
         for shard in HEAD_SHARDS[name]
     ]
 
@@ -46,14 +46,14 @@ def head_cache_inputs(wildcards):
 def head_runs(model):
     ranks = head_ranks(BOTTLENECK, MODELS[model].hidden_size)
     return [
-        f"results/bottleneck/runs/{model}/r{rank}/lr{lr}.json"
+        f"results/{RUN}/bottleneck/runs/{model}/r{rank}/lr{lr}.json"
         for rank in ranks
         for lr in HEAD_LRS
     ]
 
 
 def final_spectrum(model):
-    return f"results/spectra/{model}/{MODELS[model].final_revision}.h5"
+    return f"results/{RUN}/spectra/{model}/{MODELS[model].final_revision}.h5"
 
 
 def heads_on_synthetic():
@@ -66,17 +66,20 @@ def bottleneck_outputs():
     outputs = []
     if BOTTLENECK["models"]:
         outputs += [
-            "results/tables/bottleneck_heads.csv",
-            "results/tables/bottleneck_lr_search.csv",
+            "results/{run}/tables/bottleneck_heads.csv",
+            "results/{run}/tables/bottleneck_lr_search.csv",
         ]
         outputs += expand(
-            "results/figures/{fig}.{ext}",
+            "results/{run}/figures/{fig}.{ext}",
+            run="{run}",
             fig=("fig6_rank_heads", "fig8_werror_loss"),
             ext=("png", "pdf"),
         )
     if CONFIG["ngrams"]["ground_truth"]["sample_sizes"]:
         outputs += expand(
-            "results/figures/ground_truth_bottleneck.{ext}", ext=("png", "pdf")
+            "results/{run}/figures/ground_truth_bottleneck.{ext}",
+            run="{run}",
+            ext=("png", "pdf"),
         )
     return outputs
 
@@ -102,7 +105,7 @@ def ngram_outputs():
     if not NGRAM_CORPORA:
         return []
     return [
-        "results/tables/ngram_werror.csv",
-        "results/figures/fig7_ngram_werror.png",
-        "results/figures/fig7_ngram_werror.pdf",
+        "results/{run}/tables/ngram_werror.csv",
+        "results/{run}/figures/fig7_ngram_werror.png",
+        "results/{run}/figures/fig7_ngram_werror.pdf",
     ]

@@ -11,13 +11,13 @@ rule analyse_checkpoint:
         weights=checkpoint_weights,
         tokenizer=tokenizer_files,
     output:
-        cache="results/cache/{model}/{revision}.h5",
-        spectra="results/spectra/{model}/{revision}.h5",
-        attention="results/attention/{model}/{revision}.h5",
+        cache="results/{run}/cache/{model}/{revision}.h5",
+        spectra="results/{run}/spectra/{model}/{revision}.h5",
+        attention="results/{run}/attention/{model}/{revision}.h5",
     log:
-        "logs/analyse_checkpoint/{model}/{revision}.log",
+        "logs/{run}/analyse_checkpoint/{model}/{revision}.log",
     benchmark:
-        "benchmarks/out/analyse_checkpoint/{model}/{revision}.tsv"
+        "benchmarks/out/{run}/analyse_checkpoint/{model}/{revision}.tsv"
     conda:
         "../../envs/lmsat.yaml"
     threads: CONFIG["threads"]
@@ -32,9 +32,7 @@ rule analyse_checkpoint:
         record=checkpoint_record,
         tokenizer=lambda wildcards: model_tokenizer(wildcards.model),
         drop_padding_rows=CONFIG["spectra"]["drop_padding_rows"],
-        extraction=CONFIG["extraction"],
-        device=CONFIG["device"],
+        extraction=RESULT_CONFIG["extraction"],
         seed=CONFIG["seed"],
-        threads=CONFIG["threads"],
     script:
         "../scripts/analyse_checkpoint.py"

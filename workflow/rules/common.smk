@@ -1,9 +1,9 @@
 # The workflow's Python: config validation, model/revision/metric tables, input functions.
 import re
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
-from lmsat.config import config_sha256, load_plan
+from lmsat.config import config_sha256, load_plan, load_yaml, result_config
 from lmsat.corpus import corpus_inputs
 from lmsat.fetch import checkpoint_disk_mb, estimated_parameters
 from lmsat.metrics import METRICS
@@ -21,15 +21,32 @@ if workflow.overwrite_configfiles:
     config.update(chosen)
 
 # Validated once, at DAG time, with errors naming the key and the fix; no hub is reached.
+# An unnamed run is named after its config file (config/pythia.yaml -> results/pythia).
+SCHEMA = load_yaml(
+    Path(workflow.current_basedir).parent / "schemas" / "config.schema.yaml"
+)
 PLAN = load_plan(
-    config, Path(workflow.current_basedir).parent / "schemas" / "config.schema.yaml"
+    config,
+    SCHEMA,
+    default_run=(
+        Path(workflow.overwrite_configfiles[-1]).stem
+        if workflow.overwrite_configfiles
+        else "default"
+    ),
 )
 CONFIG = PLAN.config
-# Recorded in every aggregated table, so a table names the config that made it.
-CONFIG_SHA256 = config_sha256(CONFIG)
+RUN = PLAN.run
+# Jobs read operational settings (schema: `operational: true`; resources, threads, device,
+# retries) from the validated config, never through params: raising mem_mb after an OOM
+# or changing the device must not rerun a finished job. RESULT_CONFIG is what may reach
+# params, and its hash is recorded in every table.
+config.clear()
+config.update(CONFIG)
+RESULT_CONFIG = result_config(CONFIG, SCHEMA)
+CONFIG_SHA256 = config_sha256(RESULT_CONFIG)
 MODELS = PLAN.models
-TOY_LANGUAGE = "results/toy/language.h5"
-TOY_TOKENIZER = "results/toy/tokenizer/tokenizer.json"
+TOY_LANGUAGE = f"results/{RUN}/toy/language.h5"
+TOY_TOKENIZER = f"results/{RUN}/toy/tokenizer/tokenizer.json"
 FETCH = CONFIG["fetch"]
 HUB_MODELS = [name for name, m in MODELS.items() if m.source == "hub"]
 CHECKPOINT_DISK_MB = {
@@ -43,6 +60,7 @@ def _alternatives(values):
 
 
 wildcard_constraints:
+    run=re.escape(RUN),
     model=_alternatives(MODELS),
     revision=_alternatives(r for m in MODELS.values() for r in m.revisions),
     metric=_alternatives(METRICS),
@@ -57,7 +75,7 @@ def uses_toy_suite():
 def checkpoint_files(pattern, **extra):
     """`pattern` formatted for every (model, revision) of the plan."""
     return [
-        pattern.format(model=model, revision=revision, **extra)
+        pattern.format(run=RUN, model=model, revision=revision, **extra)
         for model, revision in PLAN.checkpoints()
     ]
 
@@ -78,7 +96,7 @@ def weights_of(model, revision):
     so its newer files must not rerun the finished jobs that read the first copy."""
     entry = MODELS[model]
     if entry.source == "toy":
-        return f"results/toy/models/{model}.json"
+        return f"results/{RUN}/toy/models/{model}.json"
     if entry.source == "hub":
         return ancient(entry.cache_dir(revision))
     return []
@@ -92,8 +110,25 @@ def final_checkpoint_weights(wildcards):
     return weights_of(wildcards.model, MODELS[wildcards.model].final_revision)
 
 
+def model_at(model, revision):
+    """The entry of `model` as a param of a job that reads only `revision`: adding
+    revisions to a suite (or subsampling it otherwise) must not rerun the jobs of the
+    revisions it already had."""
+    entry = MODELS[model]
+    return asdict(
+        replace(entry, revisions=(revision,), steps=(entry.step(revision),))
+    )
+
+
 def model_params(wildcards):
+    """The model's entry, as a job param: narrowed to the job's revision if it has one."""
+    if "revision" in wildcards.keys():
+        return model_at(wildcards.model, wildcards.revision)
     return asdict(MODELS[wildcards.model])
+
+
+def final_model_params(wildcards):
+    return model_at(wildcards.model, MODELS[wildcards.model].final_revision)
 
 
 def model_tokenizer(model):
@@ -138,7 +173,7 @@ def sample_inputs(wildcards):
 def metric_inputs(wildcards):
     if METRICS[wildcards.metric].source == "cache":
         return dict(
-            cache=f"results/cache/{wildcards.model}/{wildcards.revision}.h5",
+            cache=f"results/{RUN}/cache/{wildcards.model}/{wildcards.revision}.h5",
             sample=sample_of_model(wildcards),
         )
     return dict(weights=checkpoint_weights(wildcards))
@@ -151,25 +186,26 @@ def synthetic_reference():
 
 
 def final_outputs():
-    return (
+    return expand(
         [
-            "results/tables/loss.csv",
-            "results/figures/fig1a_loss.png",
-            "results/figures/fig1a_loss.pdf",
-            "results/figures/fig2_anisotropy_depth.png",
-            "results/figures/fig2_anisotropy_depth.pdf",
-            "results/figures/fig3_anisotropy_training.png",
-            "results/figures/fig3_anisotropy_training.pdf",
-            "results/figures/fig4_head_spectra.png",
-            "results/figures/fig4_head_spectra.pdf",
-            "results/figures/fig5_singular_entropy.png",
-            "results/figures/fig5_singular_entropy.pdf",
-            "results/figures/attention_lowrank.png",
-            "results/figures/attention_lowrank.pdf",
-            "results/tables/identical_weights.csv",
+            "results/{run}/tables/loss.csv",
+            "results/{run}/figures/fig1a_loss.png",
+            "results/{run}/figures/fig1a_loss.pdf",
+            "results/{run}/figures/fig2_anisotropy_depth.png",
+            "results/{run}/figures/fig2_anisotropy_depth.pdf",
+            "results/{run}/figures/fig3_anisotropy_training.png",
+            "results/{run}/figures/fig3_anisotropy_training.pdf",
+            "results/{run}/figures/fig4_head_spectra.png",
+            "results/{run}/figures/fig4_head_spectra.pdf",
+            "results/{run}/figures/fig5_singular_entropy.png",
+            "results/{run}/figures/fig5_singular_entropy.pdf",
+            "results/{run}/figures/attention_lowrank.png",
+            "results/{run}/figures/attention_lowrank.pdf",
+            "results/{run}/tables/identical_weights.csv",
         ]
         + bottleneck_outputs()
         + ngram_outputs()
         + evaluation_outputs()
-        + scaling_outputs()
+        + scaling_outputs(),
+        run=RUN,
     )

@@ -12,11 +12,11 @@ localrules:
 
 checkpoint select_checkpoints:
     input:
-        "results/tables/loss.csv",
+        "results/{run}/tables/loss.csv",
     output:
-        "results/tables/best_final.csv",
+        "results/{run}/tables/best_final.csv",
     log:
-        "logs/select_checkpoints.log",
+        "logs/{run}/select_checkpoints.log",
     conda:
         "../../envs/lmsat.yaml"
     script:
@@ -25,15 +25,16 @@ checkpoint select_checkpoints:
 
 rule build_offline_tasks:
     input:
-        "results/corpora/synthetic/eval.txt",
+        "results/{run}/corpora/synthetic/eval.txt",
     output:
         expand(
-            "results/evaluation/tasks/{name}.{ext}",
+            "results/{run}/evaluation/tasks/{name}.{ext}",
+            run="{run}",
             name=OFFLINE_TASKS,
             ext=("yaml", "jsonl"),
         ),
     log:
-        "logs/build_offline_tasks.log",
+        "logs/{run}/build_offline_tasks.log",
     conda:
         "../../envs/lmsat.yaml"
     params:
@@ -48,9 +49,9 @@ rule write_storycloze_task:
     input:
         storycloze_files,
     output:
-        "results/evaluation/tasks/storycloze_2016.yaml",
+        "results/{run}/evaluation/tasks/storycloze_2016.yaml",
     log:
-        "logs/write_storycloze_task.log",
+        "logs/{run}/write_storycloze_task.log",
     conda:
         "../../envs/lmsat.yaml"
     params:
@@ -63,11 +64,11 @@ rule evaluate_checkpoint:
     input:
         unpack(evaluation_inputs),
     output:
-        "results/evaluation/{model}/{kind}/{task}.json",
+        "results/{run}/evaluation/{model}/{kind}/{task}.json",
     log:
-        "logs/evaluate_checkpoint/{model}/{kind}/{task}.log",
+        "logs/{run}/evaluate_checkpoint/{model}/{kind}/{task}.log",
     benchmark:
-        "benchmarks/out/evaluate_checkpoint/{model}/{kind}/{task}.tsv"
+        "benchmarks/out/{run}/evaluate_checkpoint/{model}/{kind}/{task}.tsv"
     conda:
         "../../envs/lmsat.yaml"
     threads: CONFIG["threads"]
@@ -85,7 +86,9 @@ rule evaluate_checkpoint:
         ),
     params:
         revision=lambda wildcards: selected_revision(wildcards.model, wildcards.kind),
-        model=model_params,
+        model=lambda wildcards: model_at(
+            wildcards.model, selected_revision(wildcards.model, wildcards.kind)
+        ),
         include_path=lambda wildcards: TASK_DIR if task_files(wildcards.task) else None,
         lmeval={
             key: EVALUATION[key]
@@ -97,8 +100,6 @@ rule evaluate_checkpoint:
                 "bootstrap_iters",
             )
         },
-        device=CONFIG["device"],
-        threads=CONFIG["threads"],
     script:
         "../scripts/evaluate_checkpoint.py"
 
@@ -108,14 +109,14 @@ rule make_table1:
         records=evaluation_records(),
     output:
         csv=report(
-            "results/tables/table1.csv",
+            "results/{run}/tables/table1.csv",
             caption="../report/table1.rst",
             category="Saturation",
         ),
-        md="results/tables/table1.md",
-        tex="results/tables/table1.tex",
+        md="results/{run}/tables/table1.md",
+        tex="results/{run}/tables/table1.tex",
     log:
-        "logs/make_table1.log",
+        "logs/{run}/make_table1.log",
     conda:
         "../../envs/lmsat.yaml"
     params:

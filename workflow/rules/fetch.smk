@@ -9,11 +9,11 @@
 
 rule fetch_checkpoint:
     output:
-        fetched_checkpoint("results/weights/{model}/{revision}"),
+        fetched_checkpoint("results/{run}/weights/{model}/{revision}"),
     log:
-        "logs/fetch_checkpoint/{model}/{revision}.log",
+        "logs/{run}/fetch_checkpoint/{model}/{revision}.log",
     benchmark:
-        "benchmarks/out/fetch_checkpoint/{model}/{revision}.tsv"
+        "benchmarks/out/{run}/fetch_checkpoint/{model}/{revision}.tsv"
     wildcard_constraints:
         model=_alternatives(HUB_MODELS) or "(?!)",
     retries: FETCH["retries"]
@@ -25,9 +25,6 @@ rule fetch_checkpoint:
         disk_mb=lambda wildcards, attempt: CHECKPOINT_DISK_MB[wildcards.model] * attempt,
     params:
         model=model_params,
-        policy={key: FETCH[key] for key in ("attempts", "first_wait_s", "max_wait_s")},
-        min_free_mb=FETCH["min_free_mb"],
-        disk_wait_s=FETCH["disk_wait_minutes"] * 60,
     script:
         "../scripts/fetch_checkpoint.py"
 
@@ -37,8 +34,8 @@ rule fetch_checkpoint:
 # the first copy again would make Snakemake rerun every job that read it.
 use rule fetch_checkpoint as fetch_best_checkpoint with:
     output:
-        fetched_checkpoint("results/weights/best/{model}/{revision}"),
+        fetched_checkpoint("results/{run}/weights/best/{model}/{revision}"),
     log:
-        "logs/fetch_best_checkpoint/{model}/{revision}.log",
+        "logs/{run}/fetch_best_checkpoint/{model}/{revision}.log",
     benchmark:
-        "benchmarks/out/fetch_best_checkpoint/{model}/{revision}.tsv"
+        "benchmarks/out/{run}/fetch_best_checkpoint/{model}/{revision}.tsv"

@@ -8,11 +8,11 @@ localrules:
 
 rule tabulate_loss:
     input:
-        checkpoint_files("results/metrics/loss/{model}/{revision}.json"),
+        checkpoint_files("results/{run}/metrics/loss/{model}/{revision}.json"),
     output:
-        "results/tables/loss.csv",
+        "results/{run}/tables/loss.csv",
     log:
-        "logs/tabulate_loss.log",
+        "logs/{run}/tabulate_loss.log",
     conda:
         "../../envs/lmsat.yaml"
     params:
@@ -23,17 +23,17 @@ rule tabulate_loss:
 
 rule plot_loss_curves:
     input:
-        table="results/tables/loss.csv",
+        table="results/{run}/tables/loss.csv",
         language=synthetic_reference(),
     output:
         png=report(
-            "results/figures/fig1a_loss.png",
+            "results/{run}/figures/fig1a_loss.png",
             caption="../report/fig1a_loss.rst",
             category="Saturation",
         ),
-        pdf="results/figures/fig1a_loss.pdf",
+        pdf="results/{run}/figures/fig1a_loss.pdf",
     log:
-        "logs/plot_loss_curves.log",
+        "logs/{run}/plot_loss_curves.log",
     conda:
         "../../envs/lmsat.yaml"
     script:

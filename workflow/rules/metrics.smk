@@ -5,9 +5,9 @@ rule compute_checkpoint_metric:
     input:
         unpack(metric_inputs),
     output:
-        "results/metrics/{metric}/{model}/{revision}.json",
+        "results/{run}/metrics/{metric}/{model}/{revision}.json",
     log:
-        "logs/compute_checkpoint_metric/{metric}/{model}/{revision}.log",
+        "logs/{run}/compute_checkpoint_metric/{metric}/{model}/{revision}.log",
     group:
         "checkpoint_metrics"  # seconds each: batched into SLURM jobs (profiles/slurm)
     conda:
@@ -18,6 +18,5 @@ rule compute_checkpoint_metric:
     params:
         record=checkpoint_record,
         model=model_params,
-        device=CONFIG["device"],
     script:
         "../scripts/compute_checkpoint_metric.py"

@@ -13,11 +13,11 @@ rule count_corpus_ngrams:
     input:
         unpack(ngram_inputs),
     output:
-        "results/ngrams/{corpus}/{tokenizer}.h5",
+        "results/{run}/ngrams/{corpus}/{tokenizer}.h5",
     log:
-        "logs/count_corpus_ngrams/{corpus}/{tokenizer}.log",
+        "logs/{run}/count_corpus_ngrams/{corpus}/{tokenizer}.log",
     benchmark:
-        "benchmarks/out/count_corpus_ngrams/{corpus}/{tokenizer}.tsv"
+        "benchmarks/out/{run}/count_corpus_ngrams/{corpus}/{tokenizer}.tsv"
     conda:
         "../../envs/lmsat.yaml"
     resources:
@@ -29,16 +29,15 @@ rule count_corpus_ngrams:
         tokenizer=lambda wildcards: CONFIG["tokenizers"][wildcards.tokenizer],
         order=NGRAMS["order"],
         max_tokens=NGRAMS["max_tokens"],
-        device=CONFIG["device"],
     script:
         "../scripts/count_corpus_ngrams.py"
 
 
 rule ngram_ground_truth:
     output:
-        "results/tables/ngram_ground_truth.csv",
+        "results/{run}/tables/ngram_ground_truth.csv",
     log:
-        "logs/ngram_ground_truth.log",
+        "logs/{run}/ngram_ground_truth.log",
     conda:
         "../../envs/lmsat.yaml"
     resources:
@@ -57,14 +56,15 @@ rule ngram_ground_truth:
 rule tabulate_ngrams:
     input:
         expand(
-            "results/ngrams/{corpus}/{tokenizer}.h5",
+            "results/{run}/ngrams/{corpus}/{tokenizer}.h5",
+            run=RUN,
             corpus=NGRAM_CORPORA,
             tokenizer=NGRAM_TOKENIZERS,
         ),
     output:
-        "results/tables/ngram_werror.csv",
+        "results/{run}/tables/ngram_werror.csv",
     log:
-        "logs/tabulate_ngrams.log",
+        "logs/{run}/tabulate_ngrams.log",
     conda:
         "../../envs/lmsat.yaml"
     params:
@@ -75,16 +75,16 @@ rule tabulate_ngrams:
 
 rule plot_ngram_werror:
     input:
-        "results/tables/ngram_werror.csv",
+        "results/{run}/tables/ngram_werror.csv",
     output:
         png=report(
-            "results/figures/fig7_ngram_werror.png",
+            "results/{run}/figures/fig7_ngram_werror.png",
             caption="../report/fig7_ngram_werror.rst",
             category="Softmax bottleneck",
         ),
-        pdf="results/figures/fig7_ngram_werror.pdf",
+        pdf="results/{run}/figures/fig7_ngram_werror.pdf",
     log:
-        "logs/plot_ngram_werror.log",
+        "logs/{run}/plot_ngram_werror.log",
     conda:
         "../../envs/lmsat.yaml"
     script:

@@ -13,7 +13,7 @@ from lmsat.evaluation import OFFLINE_TASKS, STORYCLOZE_2016_FILES
 EVALUATION = CONFIG["evaluation"]
 EVALUATED_MODELS = EVALUATION["models"] or list(MODELS)
 CHECKPOINT_KINDS = ("best", "final")
-TASK_DIR = "results/evaluation/tasks"
+TASK_DIR = f"results/{RUN}/evaluation/tasks"
 
 
 def _check_evaluation_config():
@@ -55,9 +55,9 @@ def evaluation_outputs():
     if not EVALUATION["tasks"]:
         return []
     return [
-        "results/tables/table1.csv",
-        "results/tables/table1.md",
-        "results/tables/table1.tex",
+        "results/{run}/tables/table1.csv",
+        "results/{run}/tables/table1.md",
+        "results/{run}/tables/table1.tex",
     ]
 
 
@@ -65,12 +65,12 @@ def selected_revision(model, kind):
     """Revision of `model` picked as `kind`; the best one is read from the checkpoint output."""
     if kind == "final":
         return MODELS[model].final_revision
-    with open(checkpoints.select_checkpoints.get().output[0]) as handle:
+    with open(checkpoints.select_checkpoints.get(run=RUN).output[0]) as handle:
         for row in csv.DictReader(handle):
             if row["model"] == model and row["kind"] == kind:
                 return row["revision"]
     raise ValueError(
-        f"results/tables/best_final.csv: no {kind} checkpoint of model {model}"
+        f"results/{RUN}/tables/best_final.csv: no {kind} checkpoint of model {model}"
     )
 
 
@@ -104,13 +104,13 @@ def evaluation_inputs(wildcards):
     tasks = task_files(wildcards.task)
     if wildcards.kind == "final":
         return dict(weights=weights_of(model.name, model.final_revision), tasks=tasks)
-    selection = ancient(checkpoints.select_checkpoints.get().output[0])
+    selection = ancient(checkpoints.select_checkpoints.get(run=RUN).output[0])
     best = selected_revision(model.name, "best")
     if best == model.final_revision:
-        final = f"results/evaluation/{model.name}/final/{wildcards.task}.json"
+        final = f"results/{RUN}/evaluation/{model.name}/final/{wildcards.task}.json"
         return dict(selection=selection, same_as=final)
     if model.source == "hub":  # a copy of its own (rule fetch_best_checkpoint)
-        weights = f"results/weights/best/{model.name}/{best}"
+        weights = f"results/{RUN}/weights/best/{model.name}/{best}"
     else:
         weights = weights_of(model.name, best)
     return dict(weights=weights, tasks=tasks, selection=selection)
@@ -122,7 +122,7 @@ def reuses_final(input):
 
 def evaluation_records():
     return [
-        f"results/evaluation/{model}/{kind}/{task}.json"
+        f"results/{RUN}/evaluation/{model}/{kind}/{task}.json"
         for model in EVALUATED_MODELS
         for kind in CHECKPOINT_KINDS
         for task in EVALUATION["tasks"]
@@ -149,17 +149,17 @@ _check_scaling_config()
 def scaling_outputs():
     """The fit, the shortfall table and Fig. 1b (for final_outputs in common.smk)."""
     return [
-        "results/tables/scaling_fit.csv",
-        "results/tables/scaling_shortfall.csv",
-        "results/figures/fig1b_scaling.png",
-        "results/figures/fig1b_scaling.pdf",
+        "results/{run}/tables/scaling_fit.csv",
+        "results/{run}/tables/scaling_shortfall.csv",
+        "results/{run}/figures/fig1b_scaling.png",
+        "results/{run}/figures/fig1b_scaling.pdf",
     ]
 
 
 def parameter_counts():
     """Counts of the models whose n_params the config leaves at 0 (read from their config)."""
     return [
-        f"results/params/{name}.json"
+        f"results/{RUN}/params/{name}.json"
         for name, model in MODELS.items()
         if model.n_params == 0
     ]

@@ -12,29 +12,29 @@ rule count_model_parameters:
     input:
         weights=final_checkpoint_weights,
     output:
-        "results/params/{model}.json",
+        "results/{run}/params/{model}.json",
     log:
-        "logs/count_model_parameters/{model}.log",
+        "logs/{run}/count_model_parameters/{model}.log",
     conda:
         "../../envs/lmsat.yaml"
     resources:
         mem_mb=1000,
         runtime=10,
     params:
-        model=model_params,
+        model=final_model_params,
     script:
         "../scripts/count_model_parameters.py"
 
 
 rule fit_scaling_law:
     input:
-        selection="results/tables/best_final.csv",
+        selection="results/{run}/tables/best_final.csv",
         counts=parameter_counts(),
     output:
-        fit="results/tables/scaling_fit.csv",
-        shortfall="results/tables/scaling_shortfall.csv",
+        fit="results/{run}/tables/scaling_fit.csv",
+        shortfall="results/{run}/tables/scaling_shortfall.csv",
     log:
-        "logs/fit_scaling_law.log",
+        "logs/{run}/fit_scaling_law.log",
     conda:
         "../../envs/lmsat.yaml"
     params:
@@ -48,17 +48,17 @@ rule fit_scaling_law:
 
 rule plot_scaling_law:
     input:
-        fit="results/tables/scaling_fit.csv",
-        shortfall="results/tables/scaling_shortfall.csv",
+        fit="results/{run}/tables/scaling_fit.csv",
+        shortfall="results/{run}/tables/scaling_shortfall.csv",
     output:
         png=report(
-            "results/figures/fig1b_scaling.png",
+            "results/{run}/figures/fig1b_scaling.png",
             caption="../report/fig1b_scaling.rst",
             category="Saturation",
         ),
-        pdf="results/figures/fig1b_scaling.pdf",
+        pdf="results/{run}/figures/fig1b_scaling.pdf",
     log:
-        "logs/plot_scaling_law.log",
+        "logs/{run}/plot_scaling_law.log",
     conda:
         "../../envs/lmsat.yaml"
     script:

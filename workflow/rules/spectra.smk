@@ -9,17 +9,17 @@ localrules:
 
 rule tabulate_spectra:
     input:
-        checkpoint_files("results/spectra/{model}/{revision}.h5"),
+        checkpoint_files("results/{run}/spectra/{model}/{revision}.h5"),
     output:
-        spectra="results/tables/spectra.csv",
-        entropy="results/tables/singular_entropy.csv",
+        spectra="results/{run}/tables/spectra.csv",
+        entropy="results/{run}/tables/singular_entropy.csv",
         identical=report(
-            "results/tables/identical_weights.csv",
+            "results/{run}/tables/identical_weights.csv",
             caption="../report/identical_weights.rst",
             category="Representation degeneration",
         ),
     log:
-        "logs/tabulate_spectra.log",
+        "logs/{run}/tabulate_spectra.log",
     conda:
         "../../envs/lmsat.yaml"
     params:
@@ -31,23 +31,23 @@ rule tabulate_spectra:
 
 rule plot_spectra:
     input:
-        spectra="results/tables/spectra.csv",
-        entropy="results/tables/singular_entropy.csv",
+        spectra="results/{run}/tables/spectra.csv",
+        entropy="results/{run}/tables/singular_entropy.csv",
     output:
         fig4_png=report(
-            "results/figures/fig4_head_spectra.png",
+            "results/{run}/figures/fig4_head_spectra.png",
             caption="../report/fig4_head_spectra.rst",
             category="Representation degeneration",
         ),
-        fig4_pdf="results/figures/fig4_head_spectra.pdf",
+        fig4_pdf="results/{run}/figures/fig4_head_spectra.pdf",
         fig5_png=report(
-            "results/figures/fig5_singular_entropy.png",
+            "results/{run}/figures/fig5_singular_entropy.png",
             caption="../report/fig5_singular_entropy.rst",
             category="Representation degeneration",
         ),
-        fig5_pdf="results/figures/fig5_singular_entropy.pdf",
+        fig5_pdf="results/{run}/figures/fig5_singular_entropy.pdf",
     log:
-        "logs/plot_spectra.log",
+        "logs/{run}/plot_spectra.log",
     conda:
         "../../envs/lmsat.yaml"
     params:

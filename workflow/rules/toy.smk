@@ -4,12 +4,12 @@
 
 rule build_synthetic_language:
     output:
-        language=TOY_LANGUAGE,
-        train="results/corpora/synthetic/train.txt",
-        eval="results/corpora/synthetic/eval.txt",
-        tokenizer=TOY_TOKENIZER,
+        language="results/{run}/toy/language.h5",
+        train="results/{run}/corpora/synthetic/train.txt",
+        eval="results/{run}/corpora/synthetic/eval.txt",
+        tokenizer="results/{run}/toy/tokenizer/tokenizer.json",
     log:
-        "logs/build_synthetic_language.log",
+        "logs/{run}/build_synthetic_language.log",
     conda:
         "../../envs/lmsat.yaml"
     resources:
@@ -27,13 +27,13 @@ rule build_synthetic_language:
 
 rule train_toy_model:
     input:
-        train="results/corpora/synthetic/train.txt",
+        train="results/{run}/corpora/synthetic/train.txt",
         tokenizer=TOY_TOKENIZER,
     output:
-        manifest="results/toy/models/{model}.json",
-        repository=directory("results/toy/hub/models--lmsat-toy--{model}"),
+        manifest="results/{run}/toy/models/{model}.json",
+        repository=directory("results/{run}/toy/hub/models--lmsat-toy--{model}"),
     log:
-        "logs/train_toy_model/{model}.log",
+        "logs/{run}/train_toy_model/{model}.log",
     conda:
         "../../envs/lmsat.yaml"
     threads: CONFIG["threads"]
@@ -44,6 +44,5 @@ rule train_toy_model:
         model=model_params,
         toy=CONFIG["toy"],
         seed=CONFIG["seed"],
-        threads=CONFIG["threads"],
     script:
         "../scripts/train_toy_model.py"

@@ -15,7 +15,7 @@ from lmsat.config import ModelEntry
 from lmsat.corpus import read_sample
 from lmsat.degeneration import attention_arrays, head_spectrum, write_attention, write_spectrum
 from lmsat.io import setup_logging
-from lmsat.models import load_causal_lm, load_tokenizer, resolve_device
+from lmsat.models import job_device, load_causal_lm, load_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -40,14 +40,14 @@ def analyse_weights(lm, entry: ModelEntry, revision: str, params, output) -> Non
 def main(snakemake):
     setup_logging(snakemake.log[0])
     params, revision = snakemake.params, snakemake.wildcards.revision
-    torch.set_num_threads(params.threads)
+    torch.set_num_threads(snakemake.threads)
     entry = ModelEntry(**params.model)
     tokens, sample = read_sample(snakemake.input.sample)  # checked before the model loads
     settings = ExtractionSettings(
         **{k: params.extraction[k] for k in ("batch_size", "chunk_sequences", "dtype", "storage_dtype", "layer_sample")},
         seed=params.seed,
     )
-    device = resolve_device(params.device)
+    device = job_device(snakemake)
     # float32 represents any stored dtype exactly, so the weight analyses see the true
     # weights whatever dtype the forward runs in; the cast below equals loading in it.
     lm = load_causal_lm(entry, revision, dtype="float32", device="cpu")

@@ -14,7 +14,7 @@ from lmsat.config import ModelEntry
 from lmsat.corpus import CorpusError, build_token_pool, iter_documents, read_sample
 from lmsat.headcache import CacheSettings, build_head_cache, check_sample_alignment, draw_token_sets, full_head_reference
 from lmsat.io import library_versions, setup_logging, write_json
-from lmsat.models import load_causal_lm, load_tokenizer, resolve_device
+from lmsat.models import job_device, load_causal_lm, load_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -54,12 +54,12 @@ def draw_sets(params, tokenizer, sample_path):
 def main(snakemake):
     setup_logging(snakemake.log[0])
     params, output = snakemake.params, snakemake.output
-    torch.set_num_threads(params.threads)
+    torch.set_num_threads(snakemake.threads)
     entry = ModelEntry(**params.model)
     revision = entry.final_revision
     tokenizer = load_tokenizer(params.tokenizer, entry.tokenizer)
     sets = draw_sets(params, tokenizer, snakemake.input.sample)
-    device = resolve_device(params.device)
+    device = job_device(snakemake)
     lm = load_causal_lm(entry, revision, dtype=params.dtype, device=device)
     identity = dict(model=entry.name, revision=revision, model_id=entry.id, seed=params.seed)
     settings = CacheSettings(batch_size=params.batch_size, dtype=params.dtype, storage_dtype=params.storage_dtype)

@@ -2,7 +2,7 @@
 
 from lmsat.cache import open_cache
 from lmsat.corpus import read_sample
-from lmsat.io import setup_logging, write_json
+from lmsat.io import setup_logging, source_sha256, write_json
 from lmsat.metrics import METRICS
 
 
@@ -19,12 +19,13 @@ def main(snakemake):
         import torch
 
         from lmsat.config import ModelEntry
-        from lmsat.models import load_causal_lm, resolve_device
+        from lmsat.models import job_device, load_causal_lm
 
         torch.set_num_threads(1)
-        model = load_causal_lm(ModelEntry(**params.model), wildcards.revision, device=resolve_device(params.device))
+        model = load_causal_lm(ModelEntry(**params.model), wildcards.revision, device=job_device(snakemake))
         values = metric.compute(model)
-    write_json(snakemake.output[0], {**params.record, "metric": metric.name, **values})
+    record = {**params.record, "metric": metric.name, **values, "lmsat_source": source_sha256()}
+    write_json(snakemake.output[0], record)
 
 
 if __name__ == "__main__":

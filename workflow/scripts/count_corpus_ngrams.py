@@ -11,7 +11,7 @@ import h5py
 
 from lmsat.corpus import iter_documents
 from lmsat.io import atomic_path, library_versions, setup_logging
-from lmsat.models import load_tokenizer, resolve_device
+from lmsat.models import job_device, load_tokenizer
 from lmsat.ngram_werror import MAX_TRUTH_ORDER, corpus_spectrum, true_ngram_spectrum
 
 log = logging.getLogger(__name__)
@@ -23,7 +23,7 @@ def main(snakemake):
     tokenizer = load_tokenizer(params.tokenizer, wildcards.tokenizer)
     # torch's eigensolver on either device: on CPU (MKL) 1.8x faster than scipy's at V = 8k,
     # for a second copy of the Gram block (benchmarks/werror.py)
-    device = resolve_device(params.device)
+    device = job_device(snakemake)
     documents = iter_documents(params.corpus, wildcards.corpus)
     spectrum = corpus_spectrum(documents, tokenizer, params.order, params.max_tokens, device=device)
     log.info("%s / %s: %d tokens, %d contexts, %d distinct %d-grams, V=%d", wildcards.corpus, wildcards.tokenizer,

@@ -34,9 +34,9 @@ def main(snakemake):
 
     from lmsat.config import ModelEntry
     from lmsat.evaluation import ManualDownloadRequired, run_lmeval
-    from lmsat.models import resolve_device
+    from lmsat.models import job_device
 
-    torch.set_num_threads(params.threads)
+    torch.set_num_threads(snakemake.threads)
     model = ModelEntry(**params.model)
     # A hub model reads the copy fetched for this job (a best revision has its own).
     fetched = snakemake.input.weights if model.source == "hub" else None
@@ -47,7 +47,7 @@ def main(snakemake):
             params.revision,
             [wildcards.task],
             **params.lmeval,
-            device=resolve_device(params.device),
+            device=job_device(snakemake),
             cache_dir=source.get("cache_dir"),
             local_files_only=source["local_files_only"],
             include_path=params.include_path,

@@ -13,10 +13,13 @@ from lmsat.io import setup_logging
 
 def main(snakemake):
     setup_logging(snakemake.log[0])
-    params = snakemake.params
+    # Operational settings: read from the config, not params, so that retuning them after a
+    # hub outage reruns nothing.
+    fetch = snakemake.config["fetch"]
     fetch_checkpoint(
-        ModelEntry(**params.model), snakemake.wildcards.revision, snakemake.output[0],
-        policy=RetryPolicy(**params.policy), min_free_mb=params.min_free_mb, disk_wait_s=params.disk_wait_s,
+        ModelEntry(**snakemake.params.model), snakemake.wildcards.revision, snakemake.output[0],
+        policy=RetryPolicy(**{key: fetch[key] for key in ("attempts", "first_wait_s", "max_wait_s")}),
+        min_free_mb=fetch["min_free_mb"], disk_wait_s=fetch["disk_wait_minutes"] * 60,
     )
 
 

@@ -10,8 +10,8 @@ def main(snakemake):
     setup_logging(snakemake.log[0])
     records = [read_json(path) for path in snakemake.input.records]
     layers, training = anisotropy_tables(records, pd.read_csv(snakemake.input.loss), snakemake.params.models)
-    write_csv(layers, snakemake.output.layers, snakemake.params.config_sha256)
-    write_csv(training, snakemake.output.training, snakemake.params.config_sha256)
+    write_csv(layers, snakemake.output.layers, snakemake.params.config_sha256, snakemake.input.records)
+    write_csv(training, snakemake.output.training, snakemake.params.config_sha256, snakemake.input.records)
 
 
 if __name__ == "__main__":

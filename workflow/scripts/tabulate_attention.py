@@ -9,7 +9,7 @@ from lmsat.io import setup_logging
 def main(snakemake):
     setup_logging(snakemake.log[0])
     identical = pd.read_csv(snakemake.input.identical)
-    write_csv(attention_table(list(snakemake.input.files), identical, snakemake.params.models), snakemake.output[0], snakemake.params.config_sha256)
+    write_csv(attention_table(list(snakemake.input.files), identical, snakemake.params.models), snakemake.output[0], snakemake.params.config_sha256, snakemake.input.files)
 
 
 if __name__ == "__main__":

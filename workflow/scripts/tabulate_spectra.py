@@ -7,8 +7,8 @@ from lmsat.io import setup_logging
 def main(snakemake):
     setup_logging(snakemake.log[0])
     spectra, entropy, identical = spectra_tables(list(snakemake.input), snakemake.params.models)
-    write_csv(spectra, snakemake.output.spectra, snakemake.params.config_sha256)
-    write_csv(entropy, snakemake.output.entropy, snakemake.params.config_sha256)
+    write_csv(spectra, snakemake.output.spectra, snakemake.params.config_sha256, snakemake.input)
+    write_csv(entropy, snakemake.output.entropy, snakemake.params.config_sha256, snakemake.input)
     write_csv(identical, snakemake.output.identical, snakemake.params.config_sha256)
 
 

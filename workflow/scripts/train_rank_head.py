@@ -15,7 +15,7 @@ import torch
 from lmsat.bottleneck import stale_states, state_file, train_config
 from lmsat.heads import ShardedRepresentations, train_head
 from lmsat.io import read_json, setup_logging, write_json
-from lmsat.models import resolve_device
+from lmsat.models import job_device
 
 log = logging.getLogger(__name__)
 
@@ -27,10 +27,10 @@ def as_list(paths):
 def main(snakemake):
     setup_logging(snakemake.log[0])
     params, wildcards = snakemake.params, snakemake.wildcards
-    torch.set_num_threads(params.threads)
+    torch.set_num_threads(snakemake.threads)
     manifest = read_json(snakemake.input.manifest)
     d, vocab_size, rank = manifest["hidden_size"], manifest["vocab_size"], int(wildcards.rank)
-    cfg = train_config(params.settings, params.lr, params.seed, resolve_device(params.device))
+    cfg = train_config(params.settings, params.lr, params.seed, job_device(snakemake))
     state = state_file(params.state_dir, d, vocab_size, rank, cfg)
     for stale in stale_states(state):
         log.warning("removing %s, the state of a run with another config", stale)

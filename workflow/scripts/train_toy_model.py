@@ -4,14 +4,14 @@ import torch
 from transformers import AutoTokenizer
 
 from lmsat import hub, toy
-from lmsat.config import TOY_HUB_CACHE, ModelEntry
+from lmsat.config import ModelEntry
 from lmsat.io import setup_logging, write_json
 
 
 def main(snakemake):
     setup_logging(snakemake.log[0])
     params = snakemake.params
-    torch.set_num_threads(params.threads)
+    torch.set_num_threads(snakemake.threads)
     model = ModelEntry(**params.model)
     cfg = params.toy
     tokenizer = AutoTokenizer.from_pretrained(snakemake.input.tokenizer.rsplit("/", 1)[0])
@@ -25,7 +25,7 @@ def main(snakemake):
     steps = dict(zip(model.steps, model.revisions))
 
     def publish(step, lm):
-        hub.publish_revision(lm, tokenizer, TOY_HUB_CACHE, model.id, steps[step])
+        hub.publish_revision(lm, tokenizer, model.cache_dir(steps[step]), model.id, steps[step])
 
     history = toy.train_toy_model(train_tokens, model_spec, train_spec, sorted(steps), publish)
     write_json(
