@@ -30,6 +30,12 @@ WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
 PICKLE_FILES = ("pytorch_model.bin", "pytorch_model.bin.index.json")
 
 
+# One pattern for every name that becomes a path component (suite, model, revision,
+# tokenizer, corpus, metric; a run name): no '/', no '..', never absolute, no leading dot.
+PATH_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$"
+_PATH_NAME = re.compile(PATH_NAME_PATTERN)
+
+
 class ConfigError(ValueError):
     """A config problem, with the offending key and the fix."""
 
@@ -103,14 +109,52 @@ class Plan:
         return f"results/samples/{corpus}/{tokenizer}.h5"
 
 
+def check_path_name(key: str, name, what: str = "name") -> str:
+    """`name` if it is safe as one path component (PATH_NAME_PATTERN), else ConfigError at `key`.
+
+    Names of suites, models, revisions, tokenizers, corpora and metrics become directories
+    and file names under results/ and logs/: `../x` or `/abs` would write outside them.
+    """
+    if not isinstance(name, str) or not _PATH_NAME.fullmatch(name):
+        raise ConfigError(
+            key,
+            f"{what} {name!r} cannot be a path component (it becomes a directory or file name under results/)",
+            "use 1-200 letters, digits, '.', '_' or '-', starting with a letter or digit (no '/', '..' or absolute path)",
+        )
+    return name
+
+
 def config_sha256(config: dict) -> str:
     """SHA-256 of the validated config (defaults filled), independent of key order."""
     return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()
 
 
+class _StrictLoader(yaml.SafeLoader):
+    """yaml.SafeLoader that refuses a key given twice in one mapping (PyYAML keeps the last)."""
+
+
+def _mapping_without_duplicates(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    seen: dict = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        line = key_node.start_mark.line + 1
+        if key in seen:
+            raise ConfigError(
+                str(key),
+                f"given twice in {key_node.start_mark.name}, lines {seen[key]} and {line} (the last would silently win)",
+                "keep one of them",
+            )
+        seen[key] = line
+    return loader.construct_mapping(node, deep=deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_duplicates)
+
+
 def load_yaml(path: str | Path) -> dict:
+    """A YAML (or JSON) config file; ConfigError naming file, key and lines for a duplicate key."""
     with open(path) as handle:
-        return yaml.safe_load(handle) or {}
+        return yaml.load(handle, Loader=_StrictLoader) or {}
 
 
 def _with_defaults(validator_class):
@@ -159,7 +203,34 @@ def validate_config(config: dict, schema: dict) -> dict:
     return config
 
 
-def _revisions(spec: dict, model: dict, suite: dict, config: dict, key: str):
+def _check_revision_spec(spec: dict, key: str) -> None:
+    """The parts of a revisions spec that would fail as raw Python errors while planning."""
+    if spec["subsample"] == 1:
+        raise ConfigError(
+            f"{key}.subsample", "1 cannot be honoured: the first and last revisions are always kept",
+            "use 0 (all revisions) or at least 2",
+        )
+    if spec["schedule"] != "list":
+        try:
+            schedules.render_revision(spec["template"], 0, 1)
+        except (KeyError, IndexError, ValueError, AttributeError) as error:
+            raise ConfigError(
+                f"{key}.template", f"{spec['template']!r} cannot be formatted ({type(error).__name__}: {error})",
+                "use only the fields {step} and {tokens_b}, with braces balanced",
+            ) from None
+    elif not spec["steps"]:
+        try:
+            groups = re.compile(spec["step_regex"]).groups
+        except re.error as error:
+            raise ConfigError(f"{key}.step_regex", f"{spec['step_regex']!r} is not a regular expression ({error})",
+                              "fix the expression, e.g. 'step[-_]?(\\d+)'") from None
+        if groups < 1:
+            raise ConfigError(f"{key}.step_regex", f"{spec['step_regex']!r} has no group",
+                              "put the training step's digits in the first group, e.g. 'ckpt_(\\d+)'")
+
+
+def _revisions(spec: dict, suite: dict, config: dict, spec_key: str):
+    _check_revision_spec(spec, spec_key)
     schedule = spec["schedule"]
     if schedule == "pythia":
         steps = schedules.pythia_steps()
@@ -169,14 +240,18 @@ def _revisions(spec: dict, model: dict, suite: dict, config: dict, key: str):
         steps = None
     if steps is not None:
         names = [schedules.render_revision(spec["template"], s, suite["tokens_per_step"]) for s in steps]
+        for name in names:
+            check_path_name(f"{spec_key}.template", name, "revision name")
     else:
         names = list(spec["list"])
         if not names:
-            raise ConfigError(f"{key}.revisions.list", "no revisions", "list revision names or set `schedule`")
+            raise ConfigError(f"{spec_key}.list", "no revisions", "list revision names or set `schedule`")
+        for i, name in enumerate(names):
+            check_path_name(f"{spec_key}.list[{i}]", name, "revision name")
         if spec["steps"]:  # names without a step in them, e.g. `main`
             if len(spec["steps"]) != len(names):
                 raise ConfigError(
-                    f"{key}.revisions.steps",
+                    f"{spec_key}.steps",
                     f"{len(spec['steps'])} steps for {len(names)} revisions",
                     "give one step per revision of `list`, in the same order",
                 )
@@ -185,9 +260,12 @@ def _revisions(spec: dict, model: dict, suite: dict, config: dict, key: str):
             try:
                 steps = [schedules.parse_step(name, spec["step_regex"]) for name in names]
             except ValueError as error:
-                raise ConfigError(f"{key}.revisions.step_regex", f"{error}, or list their steps in `steps`") from None
+                raise ConfigError(
+                    f"{spec_key}.step_regex", str(error),
+                    "make its first group match the training step's digits, or list the steps in `steps`",
+                ) from None
     if len(set(names)) != len(names):
-        raise ConfigError(f"{key}.revisions", "duplicate revision names", "list each revision once")
+        raise ConfigError(spec_key, "duplicate revision names", "list each revision once")
     order = sorted(range(len(names)), key=lambda i: steps[i])
     pairs = schedules.log_subsample([(names[i], steps[i]) for i in order], spec["subsample"], key=lambda p: p[1])
     return tuple(p[0] for p in pairs), tuple(p[1] for p in pairs)
@@ -208,9 +286,10 @@ def _check_local_weights(directory: Path, allow_pickle: bool, key: str) -> None:
 def _models(config: dict) -> dict[str, ModelEntry]:
     models: dict[str, ModelEntry] = {}
     for suite_name, suite in config["suites"].items():
+        check_path_name(f"suites.{suite_name}", suite_name, "suite name")
         for index, model in enumerate(suite["models"]):
             key = f"suites.{suite_name}.models[{index}]"
-            name = model["name"]
+            name = check_path_name(f"{key}.name", model["name"], "model name")
             if name in models:
                 raise ConfigError(f"{key}.name", f"model name {name!r} is used twice", "give every model a unique name")
             tokenizer = model["tokenizer"] or suite["tokenizer"]
@@ -230,8 +309,11 @@ def _models(config: dict) -> dict[str, ModelEntry]:
                 model_id = f"{suite['hub_org']}/{name}"
             elif source == "local" and not model_id:
                 raise ConfigError(f"{key}.id", "a local model needs its directory", "set `id` to the directory")
-            spec = model.get("revisions") or suite["revisions"]
-            revisions, steps = _revisions(spec, model, suite, config, key)
+            if model.get("revisions"):
+                spec, spec_key = model["revisions"], f"{key}.revisions"
+            else:
+                spec, spec_key = suite["revisions"], f"suites.{suite_name}.revisions"
+            revisions, steps = _revisions(spec, suite, config, spec_key)
             if source == "local":
                 for revision in revisions:
                     _check_local_weights(Path(model_id) / revision, model["allow_pickle"], f"{key}.id")
@@ -258,6 +340,9 @@ def _models(config: dict) -> dict[str, ModelEntry]:
 
 
 def _check_references(config: dict, models: dict[str, ModelEntry]) -> None:
+    for section in ("corpora", "tokenizers"):
+        for name in config[section]:
+            check_path_name(f"{section}.{name}", name, f"{section[:-1] if section == 'tokenizers' else 'corpus'} name")
     corpus = config["sample"]["corpus"]
     if corpus not in config["corpora"]:
         raise ConfigError(
@@ -281,6 +366,7 @@ def _check_references(config: dict, models: dict[str, ModelEntry]) -> None:
     from lmsat.metrics import METRICS  # light import: no torch
 
     for i, metric in enumerate(config["metrics"]):
+        check_path_name(f"metrics[{i}]", metric, "metric name")
         if metric not in METRICS:
             raise ConfigError(f"metrics[{i}]", f"unknown metric {metric!r}", f"use one of: {', '.join(METRICS)}")
     bottleneck = config["bottleneck"]

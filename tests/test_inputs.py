@@ -1,0 +1,161 @@
+"""Inputs that would become wrong paths, wrong results or raw Python errors (issue 13):
+each is refused with a named error (the config key or the file and line, and the fix)
+before any expensive work. Config-level and library-level only, so these run in seconds."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import SCHEMA
+from lmsat import schedules
+from lmsat.config import PATH_NAME_PATTERN, ConfigError, check_path_name, load_plan, load_yaml
+
+BAD_NAMES = ["..", "../../../ESCAPED", "a/b", "/abs/path", ".hidden", "", "x\n"]
+
+
+def plan(config):
+    return load_plan(config, SCHEMA)
+
+
+def refused(config, key: str, *fragments: str) -> str:
+    with pytest.raises(ConfigError) as info:
+        plan(config)
+    message = str(info.value)
+    assert message.startswith(f"config key '{key}'"), message
+    assert "Fix:" in message
+    for fragment in fragments:
+        assert fragment in message, message
+    return message
+
+
+# ------------------------------------------------------------ names that become path components
+
+
+def test_the_path_name_pattern_accepts_the_suites_revision_names():
+    for name in ("step0", "step143000", "stage1-step1000-tokens5B", "ckpt_359", "step-2000", "main",
+                 "pythia-1.4b", "toy-d16", "checkpoint-400", "step1000-seed-default"):
+        assert check_path_name("k", name) == name
+    assert PATH_NAME_PATTERN.startswith("^") and PATH_NAME_PATTERN.endswith("$")  # usable as a schema pattern
+
+
+@pytest.mark.parametrize("name", BAD_NAMES)
+def test_check_path_name_refuses_escapes(name):
+    with pytest.raises(ConfigError, match=r"config key 'run.name': .* cannot be a path component.*Fix: use"):
+        check_path_name("run.name", name, "run name")
+
+
+def with_name(default_config, kind: str, name: str):
+    """default_config with one name of `kind` replaced by `name`; the config key it must name."""
+    config = default_config
+    if kind == "suite":
+        config["suites"][name] = config["suites"].pop("toy")
+        return f"suites.{name}"
+    if kind == "model":
+        config["suites"]["toy"]["models"][0]["name"] = name
+        return "suites.toy.models[0].name"
+    if kind == "revision_list":
+        config["suites"]["toy"]["revisions"] = {"schedule": "list", "list": ["step1", name]}
+        return "suites.toy.revisions.list[1]"
+    if kind == "revision_template":
+        config["suites"]["toy"]["revisions"] = {"schedule": "toy", "template": name + "{step}"}
+        return "suites.toy.revisions.template"
+    if kind == "tokenizer":
+        config["tokenizers"][name] = config["tokenizers"].pop("toy")
+        config["suites"]["toy"]["tokenizer"] = name
+        return f"tokenizers.{name}"
+    if kind == "corpus":
+        config["corpora"][name] = config["corpora"].pop("synthetic")
+        config["sample"]["corpus"] = name
+        return f"corpora.{name}"
+    if kind == "metric":
+        config["metrics"] = ["loss", name]
+        return "metrics[1]"
+    raise AssertionError(kind)
+
+
+KINDS = ["suite", "model", "revision_list", "revision_template", "tokenizer", "corpus", "metric"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("name", ["..", "../../../ESCAPED", "a/b", "/abs/path"])
+def test_every_name_that_becomes_a_path_is_checked_before_planning(default_config, kind, name):
+    if kind == "revision_template" and name == "..":
+        name = "../"  # "..{step}" renders "..0", a harmless name; "../{step}" does not
+    key = with_name(default_config, kind, name)
+    message = refused(default_config, key, "cannot be a path component")
+    assert "'/'" in message and "'..'" in message  # the fix says what is allowed
+
+
+# ------------------------------------------------------------ revision specs and seeds
+
+
+@pytest.mark.parametrize("revisions, key, fragment", [
+    ({"schedule": "toy", "subsample": 1}, "suites.toy.revisions.subsample", "use 0 (all revisions) or at least 2"),
+    ({"schedule": "list", "list": ["ckpt_1"], "step_regex": "ckpt_(\\d+"}, "suites.toy.revisions.step_regex",
+     "is not a regular expression"),
+    ({"schedule": "list", "list": ["ckpt_1"], "step_regex": "ckpt_\\d+"}, "suites.toy.revisions.step_regex", "has no group"),
+    ({"schedule": "list", "list": ["ckpt_a1"], "step_regex": "ckpt_(\\w)"}, "suites.toy.revisions.step_regex",
+     "not a step number"),
+    ({"schedule": "list", "list": ["ckpt_1"], "step_regex": "ckpt_(x)?(\\d)"}, "suites.toy.revisions.step_regex",
+     "gives None"),
+    ({"schedule": "toy", "template": "step{foo}"}, "suites.toy.revisions.template", "KeyError"),
+    ({"schedule": "toy", "template": "step{0}"}, "suites.toy.revisions.template", "IndexError"),
+    ({"schedule": "toy", "template": "step{step"}, "suites.toy.revisions.template", "ValueError"),
+])
+def test_revision_specs_fail_as_named_errors_not_raw_python_ones(default_config, revisions, key, fragment):
+    default_config["suites"]["toy"]["revisions"] = revisions
+    refused(default_config, key, fragment)
+
+
+def test_a_models_own_revisions_are_named_by_the_models_key(default_config):
+    default_config["suites"]["toy"]["models"][1]["revisions"] = {"schedule": "toy", "subsample": 1}
+    refused(default_config, "suites.toy.models[1].revisions.subsample")
+
+
+def test_log_subsample_refuses_one_and_keeps_the_ends_from_two():
+    with pytest.raises(ValueError, match="n must be 0"):
+        schedules.log_subsample(list(range(10)), 1)
+    assert schedules.log_subsample(list(range(10)), 2) == [0, 9]
+
+
+@pytest.mark.parametrize("where, key", [
+    (lambda c: c, "seed"),
+    (lambda c: c["toy"]["language"], "toy.language.seed"),
+])
+def test_a_negative_seed_is_refused_at_planning(default_config, where, key):
+    where(default_config)["seed"] = -1
+    refused(default_config, key, "-1 is less than the minimum of 0")
+
+
+# ------------------------------------------------------------ duplicate keys in config files
+
+
+def test_a_key_given_twice_in_a_config_file_names_file_key_and_lines(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("seed: 1\nsample:\n  n_tokens: 100\n  seq_len: 8\n  n_tokens: 200\n")
+    with pytest.raises(ConfigError) as info:
+        load_yaml(path)
+    message = str(info.value)
+    assert message.startswith("config key 'n_tokens'") and str(path) in message
+    assert "lines 3 and 5" in message and "Fix: keep one" in message
+    path.write_text("seed: 1\nsample:\n  n_tokens: 100\nother:\n  n_tokens: 200\n")  # same key, other mappings
+    assert load_yaml(path)["other"]["n_tokens"] == 200
+
+
+def test_snakemake_refuses_a_config_file_with_a_key_given_twice(tmp_path):
+    """Through the workflow: common.smk reads every config file with the strict loader."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    configfile = tmp_path / "run.yaml"
+    configfile.write_text("seed: 1\ndevice: cpu\nseed: 2\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory", str(tmp_path),
+         "--configfile", str(configfile), "-n", "--cores", "1"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120,
+    )
+    assert result.returncode != 0
+    assert f"config key 'seed': given twice in {configfile}, lines 1 and 3" in result.stdout
+    assert "Job stats" not in result.stdout
