@@ -159,3 +159,70 @@ def test_snakemake_refuses_a_config_file_with_a_key_given_twice(tmp_path):
     assert result.returncode != 0
     assert f"config key 'seed': given twice in {configfile}, lines 1 and 3" in result.stdout
     assert "Job stats" not in result.stdout
+
+
+# ------------------------------------------------------------ corpus files
+
+
+def text_corpus(files, **extra) -> dict:
+    return dict(type="text_files", path="", name="", split="train", text_field="text", streaming=True,
+                max_documents=0, data_files=[], files=[str(f) for f in files], **extra)
+
+
+def read_all(spec):
+    from lmsat.corpus import iter_documents
+
+    return list(iter_documents(spec, "mine"))
+
+
+def test_invalid_utf8_names_file_and_line(tmp_path):
+    from lmsat.corpus import CorpusError
+
+    path = tmp_path / "latin1.txt"
+    path.write_bytes("first line\nna\u00efve caf\u00e9\n".encode("latin-1"))
+    with pytest.raises(CorpusError, match=rf"{path}:2: not valid UTF-8 .*Fix: re-encode the file as UTF-8"):
+        read_all(text_corpus([path]))
+
+
+@pytest.mark.parametrize("value, kind", [(None, "NoneType"), (["a", "b"], "list"), (3, "int")])
+def test_jsonl_text_that_is_not_a_string_names_file_and_line(tmp_path, value, kind):
+    import json
+
+    from lmsat.corpus import CorpusError
+
+    path = tmp_path / "d.jsonl"
+    path.write_text(json.dumps({"text": "a b"}) + "\n\n" + json.dumps({"text": value}) + "\n")
+    with pytest.raises(CorpusError, match=rf"{path}:3: field 'text' holds {kind} .*not a string.*Fix:"):
+        read_all(text_corpus([path]))
+    path.write_text(json.dumps(["text"]) + "\n")  # a line that is not an object
+    with pytest.raises(CorpusError, match=rf"{path}:1: not a JSON object with field 'text' \(TypeError"):
+        read_all(text_corpus([path]))
+
+
+def test_a_document_longer_than_the_limit_is_refused_without_reading_it_whole(tmp_path):
+    import tracemalloc
+
+    from lmsat.corpus import CorpusError
+
+    path = tmp_path / "long.txt"
+    with open(path, "wb") as handle:
+        handle.write(b"short doc\n")
+        for _ in range(64):  # one 64 MB line
+            handle.write(b"w " * 2**19)
+        handle.write(b"\nafter\n")
+    tracemalloc.start()
+    with pytest.raises(CorpusError, match=rf"{path}:2: a document longer than 1000000 bytes "
+                                          r"\(corpora.mine.max_document_bytes\).*Fix: split"):
+        read_all(text_corpus([path], max_document_bytes=1_000_000))
+    peak_mb = tracemalloc.get_traced_memory()[1] / 2**20
+    tracemalloc.stop()
+    assert peak_mb < 8, f"reading a 64 MB line peaked at {peak_mb:.0f} MB"
+    # at the limit exactly, a line is read (the newline does not count)
+    path.write_bytes(b"x" * 1000 + b"\n" + b"y" * 1001 + b"\n")
+    with pytest.raises(CorpusError, match=rf"{path}:2: a document longer than 1000 bytes"):
+        read_all(text_corpus([path], max_document_bytes=1000))
+    assert read_all(text_corpus([path], max_document_bytes=1001))[1] == "y" * 1001
+
+
+def test_the_schema_fills_the_document_limit(default_config):
+    assert plan(default_config).config["corpora"]["synthetic"]["max_document_bytes"] == 16_000_000
