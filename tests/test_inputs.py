@@ -226,3 +226,74 @@ def test_a_document_longer_than_the_limit_is_refused_without_reading_it_whole(tm
 
 def test_the_schema_fills_the_document_limit(default_config):
     assert plan(default_config).config["corpora"]["synthetic"]["max_document_bytes"] == 16_000_000
+
+
+# ------------------------------------------------------------ inputs of tables vs their paths
+
+
+def loss_record(model, revision, step, loss=3.0):
+    return dict(suite="toy", model=model, revision=revision, step=step, tokens=10 * step, metric="loss",
+                loss=loss, loss_sem=0.01)
+
+
+def tabulate_loss_job(tmp_path, paths):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(input=[str(p) for p in paths], output=[str(tmp_path / "loss.csv")],
+                           log=[str(tmp_path / "loss.log")], params=SimpleNamespace(config_sha256="0" * 64))
+
+
+def test_a_metric_record_copied_from_another_revision_fails_its_table(tmp_path):
+    from conftest import script
+    from lmsat.io import IdentityError, write_json
+
+    paths = []
+    for revision, step in (("step0", 0), ("step400", 400), ("step800", 800)):
+        paths.append(tmp_path / "metrics" / "loss" / "m" / f"{revision}.json")
+        write_json(paths[-1], loss_record("m", revision, step))
+    job = tabulate_loss_job(tmp_path, paths)
+    script("tabulate_loss").main(job)  # the right files tabulate
+    assert (tmp_path / "loss.csv").read_text().count("toy,m,step") == 3
+    (tmp_path / "loss.csv").unlink()
+    paths[2].write_text(paths[1].read_text())  # step400's record copied over step800's
+    with pytest.raises(IdentityError, match=rf"{paths[2]} was made for metric='loss', model='m', revision='step400', "
+                                            rf"but its path promises metric='loss', model='m', revision='step800'"):
+        script("tabulate_loss").main(job)
+    assert not (tmp_path / "loss.csv").exists()  # no table from it
+
+
+def test_bottleneck_inputs_are_checked_against_their_paths(tmp_path):
+    import numpy as np
+
+    from lmsat.bottleneck import lr_label, read_head_inputs
+    from lmsat.degeneration import write_spectrum
+    from lmsat.io import IdentityError, write_json
+
+    def run(path, **fields):
+        write_json(path, dict(dict(model="m", rank=4, peak_lr=0.001, eval_loss=3.0, eval_acc=0.1, train_loss=3.0),
+                              **fields))
+        return path
+
+    runs = [run(tmp_path / "runs/m/r4" / f"lr{lr_label(0.001)}.json"),
+            run(tmp_path / "runs/m/r8" / f"lr{lr_label(0.001)}.json", rank=8)]
+    manifest = tmp_path / "cache/m/manifest.json"
+    write_json(manifest, dict(model="m", revision="step800", hidden_size=16, vocab_size=40))
+    spectrum = dict(singular_values=np.array([2.0, 1.0]), head_sha256="h", embedding_sha256="e", n_rows=40,
+                    n_valid_rows=37, hidden_size=16, head_dtype="float32")
+    final = tmp_path / "spectra/m/step800.h5"
+    write_spectrum(final, spectrum, dict(suite="s", model="m", revision="step800", step=800, tokens=1), 37)
+    got_runs, manifests, spectra = read_head_inputs(runs, [manifest], [final])
+    assert [r["rank"] for r in got_runs] == [4, 8] and list(spectra) == ["m"] and manifests["m"]["revision"] == "step800"
+
+    runs[1].write_text(runs[0].read_text())  # rank 4's run copied over rank 8's
+    with pytest.raises(IdentityError, match=r"r8/lr0.001.json was made for model='m', rank=4, .*promises .*rank='8'"):
+        read_head_inputs(runs, [manifest], [final])
+    run(runs[1], rank=8)
+    write_json(manifest, dict(model="m", revision="step400", hidden_size=16, vocab_size=40))  # pairs of another head
+    with pytest.raises(IdentityError, match=r"step800.h5 was made for model='m', revision='step800', but its path "
+                                            r"promises model='m', revision='step400'"):
+        read_head_inputs(runs, [manifest], [final])
+    other = tmp_path / "cache/other/manifest.json"
+    write_json(other, dict(model="m", revision="step800", hidden_size=16, vocab_size=40))
+    with pytest.raises(IdentityError, match=r"other/manifest.json was made for model='m'"):
+        read_head_inputs(runs, [other], [final])

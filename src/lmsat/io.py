@@ -40,6 +40,43 @@ def read_json(path: str | Path):
         raise ValueError(f"{path} is unreadable or not JSON ({error}); delete it and rerun") from error
 
 
+class IdentityError(ValueError):
+    """An input made for another checkpoint (model, revision, metric, ...) than its path
+    promises: a file copied or moved by hand would otherwise be tabulated as the right one."""
+
+
+def promised_by_path(path: str | Path, *names: str) -> dict[str, str]:
+    """What a results path promises, from its last components: the directories, then the
+    file's stem, one per name (the rule's output pattern ends in `.../{model}/{revision}.h5`).
+
+    >>> promised_by_path("results/metrics/loss/m/step8.json", "metric", "model", "revision")
+    {'metric': 'loss', 'model': 'm', 'revision': 'step8'}
+    """
+    path = Path(path)
+    parts = [*path.parent.parts, path.stem][-len(names) :]
+    return dict(zip(names, parts))
+
+
+def check_identity(path: str | Path, found: dict, promised: dict) -> None:
+    """IdentityError unless `found` (a file's own record) agrees with `promised` (its path)."""
+    if all(str(found.get(key)) == str(value) for key, value in promised.items()):
+        return
+    made = ", ".join(f"{key}={found.get(key)!r}" for key in promised)
+    want = ", ".join(f"{key}={value!r}" for key, value in promised.items())
+    raise IdentityError(
+        f"{path} was made for {made}, but its path promises {want} (copied or moved from another "
+        f"checkpoint?). Fix: delete {path} and rerun, so that Snakemake makes it again"
+    )
+
+
+def read_record(path: str | Path, *names: str):
+    """A per-checkpoint JSON record whose fields `names` must match the last path components,
+    e.g. read_record("results/metrics/loss/m/step8.json", "metric", "model", "revision")."""
+    record = read_json(path)
+    check_identity(path, record if isinstance(record, dict) else {}, promised_by_path(path, *names))
+    return record
+
+
 SECRET_VARIABLES = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")  # hub tokens, read by huggingface_hub
 
 
