@@ -297,3 +297,44 @@ def test_bottleneck_inputs_are_checked_against_their_paths(tmp_path):
     write_json(other, dict(model="m", revision="step800", hidden_size=16, vocab_size=40))
     with pytest.raises(IdentityError, match=r"other/manifest.json was made for model='m'"):
         read_head_inputs(runs, [other], [final])
+
+
+# ------------------------------------------------------------ sequences longer than the context
+
+
+def test_a_sample_longer_than_the_toy_context_is_refused_at_planning(default_config):
+    default_config["sample"]["seq_len"] = default_config["toy"]["seq_len"] + 1
+    refused(default_config, "sample.seq_len", "65 tokens per sequence exceed the context of toy model toy-d16 "
+                                              "(toy.seq_len) (max_position_embeddings=64)", "at most 64")
+    default_config["sample"]["seq_len"] = default_config["toy"]["seq_len"]
+    plan(default_config)
+
+
+def test_a_sample_longer_than_a_local_models_context_is_refused_at_planning(default_config, tmp_path, tiny_neox):
+    tiny_neox.save_pretrained(tmp_path / "tiny" / "step1")  # max_position_embeddings=64
+    default_config["suites"]["toy"]["models"].append(
+        {"name": "mine", "source": "local", "id": str(tmp_path / "tiny"), "hidden_size": 16,
+         "revisions": {"list": ["step1"]}})
+    default_config["sample"]["seq_len"] = 64
+    plan(default_config)
+    default_config["toy"]["seq_len"] = 128  # the toy models' context is no limit here
+    default_config["sample"]["seq_len"] = 100
+    refused(default_config, "sample.seq_len", f"model mine ({tmp_path / 'tiny' / 'step1' / 'config.json'}) "
+                                              "(max_position_embeddings=64)")
+
+
+def test_the_job_refuses_a_sample_longer_than_the_loaded_checkpoints_context(tiny_neox):
+    from lmsat.config import ModelEntry, context_length
+    from lmsat.models import check_sequence_length
+
+    entry = ModelEntry(name="tiny", suite="s", source="hub", id="org/tiny", hidden_size=16, vocab_size=40, n_params=0,
+                       tokenizer="w", tokens_per_step=1, revisions=("step1",), steps=(1,), allow_pickle=False,
+                       trust_remote_code=False, key="suites.s.models[0]")
+    check_sequence_length(tiny_neox, entry, "step1", 64)
+    with pytest.raises(ConfigError, match=r"config key 'sample.seq_len': 65 tokens per sequence exceed the context "
+                                          r"of model tiny \(org/tiny\) at step1 \(max_position_embeddings=64\).*"
+                                          r"Fix: set sample.seq_len to at most 64"):
+        check_sequence_length(tiny_neox, entry, "step1", 65)
+    assert context_length({"n_positions": 1024, "n_embd": 768}) == ("n_positions", 1024)  # GPT-2
+    assert context_length({"text_config": {"max_position_embeddings": 8192}}) == ("max_position_embeddings", 8192)
+    assert context_length({"hidden_size": 8}) is None

@@ -271,6 +271,36 @@ def _revisions(spec: dict, suite: dict, config: dict, spec_key: str):
     return tuple(p[0] for p in pairs), tuple(p[1] for p in pairs)
 
 
+CONTEXT_FIELDS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
+
+
+def context_length(model_config: dict) -> tuple[str, int] | None:
+    """(field, positions) of the longest context a model's config.json (as a dict) states,
+    looked for in its text config first (multimodal configs nest it); None if it states none
+    (e.g. rotary-only models that set no limit)."""
+    for config in (model_config.get("text_config") or {}, model_config):
+        for field in CONTEXT_FIELDS:
+            value = config.get(field)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return field, value
+    return None
+
+
+def check_context(seq_len: int, model_config: dict, where: str, key: str = "sample.seq_len") -> None:
+    """ConfigError at `key` when sequences of `seq_len` tokens exceed the context the model's
+    config states: positions past it are extrapolated (rotary) or wrapped, so the losses
+    would be wrong without any error (`where` names the model and its config file)."""
+    found = context_length(model_config)
+    if found and seq_len > found[1]:
+        field, positions = found
+        raise ConfigError(
+            key,
+            f"{seq_len} tokens per sequence exceed the context of {where} ({field}={positions}); "
+            "positions past it would give wrong losses, without an error",
+            f"set {key} to at most {positions}",
+        )
+
+
 def _check_local_weights(directory: Path, allow_pickle: bool, key: str) -> None:
     if not directory.is_dir():
         raise ConfigError(key, f"local model directory {directory} does not exist", "fix the path or build it first")
@@ -317,6 +347,17 @@ def _models(config: dict) -> dict[str, ModelEntry]:
             if source == "local":
                 for revision in revisions:
                     _check_local_weights(Path(model_id) / revision, model["allow_pickle"], f"{key}.id")
+                config_json = Path(model_id) / revisions[0] / "config.json"
+                try:
+                    model_config = json.loads(config_json.read_text())
+                except (OSError, ValueError) as error:
+                    raise ConfigError(f"{key}.id", f"{config_json} is unreadable ({error})", "save the model again") from None
+                check_context(config["sample"]["seq_len"], model_config, f"model {name} ({config_json})")
+            elif source == "toy":  # the toy suite's models are built with a context of toy.seq_len
+                check_context(
+                    config["sample"]["seq_len"], {"max_position_embeddings": config["toy"]["seq_len"]},
+                    f"toy model {name} (toy.seq_len)",
+                )
             models[name] = ModelEntry(
                 name=name,
                 suite=suite_name,
