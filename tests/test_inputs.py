@@ -338,3 +338,40 @@ def test_the_job_refuses_a_sample_longer_than_the_loaded_checkpoints_context(tin
     assert context_length({"n_positions": 1024, "n_embd": 768}) == ("n_positions", 1024)  # GPT-2
     assert context_length({"text_config": {"max_position_embeddings": 8192}}) == ("max_position_embeddings", 8192)
     assert context_length({"hidden_size": 8}) is None
+
+
+# ------------------------------------------------------------ head-cache shards
+
+
+def test_a_truncated_head_cache_shard_is_named_with_the_fix(tmp_path):
+    import h5py
+    import numpy as np
+
+    from lmsat.heads import ShardedRepresentations, ShardError
+
+    paths = []
+    for i in range(2):
+        paths.append(tmp_path / "m" / f"train_{i:04d}.h5")
+        paths[-1].parent.mkdir(exist_ok=True)
+        with h5py.File(paths[-1], "w") as f:  # contiguous datasets, so data sits at the file's end
+            f.create_dataset("hidden", data=np.ones((4096, 16), dtype=np.float32))
+            f.create_dataset("targets", data=np.zeros(4096, dtype=np.int64))
+    whole = paths[1].read_bytes()
+    paths[1].write_bytes(whole[: len(whole) // 2])  # a shard cut short (a full disk, a killed copy)
+    with pytest.raises(ShardError, match=rf"head-cache shard {paths[1]} is unreadable or truncated .*"
+                                         rf"Fix: delete {paths[1].parent} .* rerun"):
+        ShardedRepresentations(paths)
+    # a shard whose header is intact but whose compressed chunk is damaged fails when read
+    with h5py.File(paths[1], "w") as f:
+        f.create_dataset("hidden", data=np.ones((4096, 16), dtype=np.float32), chunks=(1024, 16), compression="gzip")
+        f.create_dataset("targets", data=np.zeros(4096, dtype=np.int64))
+        chunk = f["hidden"].id.get_chunk_info(2)
+    with open(paths[1], "r+b") as handle:
+        handle.seek(chunk.byte_offset)
+        handle.write(b"\xff" * chunk.size)
+    with ShardedRepresentations(paths) as reader, pytest.raises(ShardError, match=rf"shard {paths[1]} is unreadable"):
+        list(reader.iter_batches(1024))
+    rng = np.random.default_rng(0)
+    with ShardedRepresentations(paths, seq_len=4096) as reader, pytest.raises(ShardError, match=rf"shard {paths[1]}"):
+        for _ in range(20):  # one window per shard: a draw hits the damaged one with probability 1/2
+            reader.sample_batch(1, rng)
