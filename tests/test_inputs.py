@@ -375,3 +375,37 @@ def test_a_truncated_head_cache_shard_is_named_with_the_fix(tmp_path):
     with ShardedRepresentations(paths, seq_len=4096) as reader, pytest.raises(ShardError, match=rf"shard {paths[1]}"):
         for _ in range(20):  # one window per shard: a draw hits the damaged one with probability 1/2
             reader.sample_batch(1, rng)
+
+
+# ------------------------------------------------------------ a full disk
+
+
+@pytest.fixture
+def tiny_disk(tmp_path):
+    """A real 1 MiB filesystem (tmpfs; needs root), so writes fail with a real ENOSPC."""
+    import subprocess
+
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], capture_output=True, text=True)
+    if result.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({result.stderr.strip()}): run as root to test a real full disk")
+    yield mount
+    subprocess.run(["umount", str(mount)], check=True)
+
+
+def test_a_full_disk_names_the_output_being_written(tiny_disk):
+    import numpy as np
+
+    from lmsat.corpus import write_sample
+    from lmsat.io import DiskFullError, write_json
+
+    sample = tiny_disk / "results/samples/pile/pythia.h5"  # h5py reports ENOSPC in its message only
+    with pytest.raises(DiskFullError, match=rf"(?s)no space left on the disk of {sample} while writing it .*Fix: free space"):
+        write_sample(sample, np.ones((512, 1024), dtype=np.int32), np.arange(512), {"corpus": "pile"})
+    record = tiny_disk / "results/metrics/loss/m/step0.json"  # a plain write: OSError errno 28
+    with pytest.raises(DiskFullError, match=rf"{record}") as info:
+        write_json(record, {"values": list(range(300_000))})
+    assert info.value.errno == 28
+    leftovers = [p.relative_to(tiny_disk) for p in tiny_disk.rglob("*") if p.is_file()]
+    assert leftovers == []  # neither the outputs nor their temp files remain

@@ -7,6 +7,7 @@ so a killed job never leaves a file that looks finished.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -14,15 +15,41 @@ import sys
 from pathlib import Path
 
 
+class DiskFullError(OSError):
+    """The disk filled up while an output was written; the message names the output."""
+
+
+def is_disk_full(error: BaseException) -> bool:
+    """ENOSPC or EDQUOT, also as h5py reports it (in the message, without an errno)."""
+    text = str(error)
+    return (
+        getattr(error, "errno", None) in (errno.ENOSPC, errno.EDQUOT)
+        or "No space left on device" in text
+        or "Disk quota exceeded" in text
+    )
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | Path):
-    """Yield a temp path beside `path`; rename it to `path` only if the block succeeds."""
+    """Yield a temp path beside `path`; rename it to `path` only if the block succeeds.
+
+    A full disk while the block writes raises DiskFullError naming `path` (a bare
+    `[Errno 28]` names no file); the temp file is removed either way.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     try:
         yield tmp
         os.replace(tmp, path)
+    except OSError as error:
+        if not is_disk_full(error) or isinstance(error, DiskFullError):
+            raise
+        raise DiskFullError(
+            errno.ENOSPC,
+            f"no space left on the disk of {path} while writing it ({error}); nothing was left under its name. "
+            f"Fix: free space on that disk (or point results/ at a larger one) and rerun",
+        ) from error
     finally:
         if tmp.exists():
             tmp.unlink()
