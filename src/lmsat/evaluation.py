@@ -308,7 +308,10 @@ def _checked_lm(hflm_class, describe):
 
     class CheckedHFLM(hflm_class):
         def _loglikelihood_tokens(self, requests, *args, **kwargs):
-            for (context, continuation), context_enc, continuation_enc in requests:
+            for key, context_enc, continuation_enc in requests:
+                if key is None:  # a rolling window of a perplexity document: tokens already
+                    continue
+                context, continuation = key
                 for part, text, tokens in (("context", context, context_enc), ("continuation", continuation, continuation_enc)):
                     if len(tokens) == 0:
                         raise EmptyRequestError(
