@@ -409,3 +409,58 @@ def test_a_full_disk_names_the_output_being_written(tiny_disk):
     assert info.value.errno == 28
     leftovers = [p.relative_to(tiny_disk) for p in tiny_disk.rglob("*") if p.is_file()]
     assert leftovers == []  # neither the outputs nor their temp files remain
+
+
+# ------------------------------------------------------------ the conda environment of the jobs
+
+
+def test_the_conda_env_lists_the_requirements_of_pyproject():
+    import tomllib
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    from conftest import ROOT
+
+    conda_names = {"pytorch": "torch", "matplotlib-base": "matplotlib"}  # conda-forge's names
+    outside_jobs = {"snakemake", "snakemake-executor-plugin-slurm"}  # run the jobs, not in them
+    wanted = {}
+    for line in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]:
+        requirement = Requirement(line)
+        if canonicalize_name(requirement.name) not in outside_jobs:
+            wanted[canonicalize_name(requirement.name)] = requirement.specifier
+    env = load_yaml(ROOT / "envs" / "lmsat.yaml")
+    listed = {}
+    for entry in env["dependencies"]:
+        for item in entry["pip"] if isinstance(entry, dict) else [entry]:
+            assert not item.startswith(("-e", ".", "/")), f"envs/lmsat.yaml installs a local path: {item}"
+            name, _, spec = item.partition(" ")
+            if name in ("python", "pip"):
+                continue
+            listed[canonicalize_name(conda_names.get(name, name))] = Requirement(f"x {spec}").specifier
+    assert listed == wanted
+
+
+def test_scripts_import_lmsat_from_the_workflows_own_src_first():
+    """Where lmsat is not installed (a job's conda env), the shim alone makes it importable:
+    `python -S` leaves out every site-packages, the editable install included."""
+    import ast
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    scripts = ROOT / "workflow" / "scripts"
+    for path in sorted(scripts.glob("*.py")):
+        if path.name == "_lmsat_src.py":
+            continue
+        body = ast.parse(path.read_text()).body
+        first = next(node for node in body if isinstance(node, (ast.Import, ast.ImportFrom)))
+        assert isinstance(first, ast.Import) and first.names[0].name == "_lmsat_src", f"{path.name}: import _lmsat_src first"
+    code = "import sys; sys.path.append(sys.argv[1]); import _lmsat_src, lmsat.io; print(lmsat.io.__file__)"
+    env = {"PATH": "/usr/bin:/bin"}  # no PYTHONPATH
+    result = subprocess.run([sys.executable, "-S", "-c", "import lmsat"], capture_output=True, text=True, env=env)
+    assert result.returncode != 0  # without the shim it is not importable here
+    result = subprocess.run([sys.executable, "-S", "-c", code, str(scripts)], capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == str(ROOT / "src" / "lmsat" / "io.py")  # lmsat.io needs only the stdlib

@@ -6,6 +6,8 @@ job loses at most one chunk of it). Importing torch + transformers and loading t
 cost more than either part on small models, so one job per checkpoint does both.
 """
 
+import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
+
 import logging
 
 import torch

@@ -5,6 +5,8 @@ shards and a manifest with the model's own head evaluated on the eval pairs (Fig
 reference row).
 """
 
+import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
+
 import logging
 
 import h5py

@@ -7,6 +7,8 @@ message saying how to get it, so that the other tasks and Table 1 still get buil
 checkpoint that is also the final one copies the final job's JSON instead of rerunning.
 """
 
+import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
+
 import logging
 import os
 

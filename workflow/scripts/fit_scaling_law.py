@@ -10,6 +10,8 @@ leaves at 0). Outputs:
                          predicted loss, shortfall in % (> 0 = worse than the law)
 """
 
+import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
+
 import logging
 
 import numpy as np

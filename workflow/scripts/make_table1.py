@@ -4,6 +4,8 @@ Rows are (model, checkpoint kind, revision); columns are lmsat.evaluation.METRIC
 configured tasks, with arrows for the better direction. Skipped tasks are missing (–).
 """
 
+import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
+
 import logging
 
 import pandas as pd

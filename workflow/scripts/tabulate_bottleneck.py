@@ -1,6 +1,8 @@
 """Rule tabulate_bottleneck: the best learning rate per (model, r), the reference rows and
 the W-error of each model's own head (the tables behind Figs. 6 and 8)."""
 
+import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
+
 import logging
 
 from lmsat.bottleneck import heads_tables, monotone_violations, read_head_inputs

@@ -5,6 +5,8 @@ the state is saved under params.state_dir while it runs and resumed after a kill
 removed once the result is written.
 """
 
+import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
+
 import logging
 import time
 from dataclasses import asdict
