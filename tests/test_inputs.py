@@ -277,13 +277,24 @@ def test_bottleneck_inputs_are_checked_against_their_paths(tmp_path):
     runs = [run(tmp_path / "runs/m/r4" / f"lr{lr_label(0.001)}.json"),
             run(tmp_path / "runs/m/r8" / f"lr{lr_label(0.001)}.json", rank=8)]
     manifest = tmp_path / "cache/m/manifest.json"
-    write_json(manifest, dict(model="m", revision="step800", hidden_size=16, vocab_size=40))
+    reference = dict(eval_loss=2.9, eval_acc=0.2, n_tokens=1000, loss_sem=0.01)
+    write_json(manifest, dict(model="m", revision="step800", hidden_size=16, vocab_size=40, reference=reference))
     spectrum = dict(singular_values=np.array([2.0, 1.0]), head_sha256="h", embedding_sha256="e", n_rows=40,
                     n_valid_rows=37, hidden_size=16, head_dtype="float32")
     final = tmp_path / "spectra/m/step800.h5"
     write_spectrum(final, spectrum, dict(suite="s", model="m", revision="step800", step=800, tokens=1), 37)
     got_runs, manifests, spectra = read_head_inputs(runs, [manifest], [final])
     assert [r["rank"] for r in got_runs] == [4, 8] and list(spectra) == ["m"] and manifests["m"]["revision"] == "step800"
+    from types import SimpleNamespace
+
+    from conftest import script
+
+    job = SimpleNamespace(
+        input=SimpleNamespace(runs=[str(p) for p in runs], manifests=[str(manifest)], spectra=[str(final)]),
+        output=SimpleNamespace(heads=str(tmp_path / "heads.csv"), search=str(tmp_path / "search.csv")),
+        log=[str(tmp_path / "tab.log")], params=SimpleNamespace(rise_tolerance=0.01, config_sha256="0" * 64))
+    script("tabulate_bottleneck").main(job)  # the rule's script reads its inputs through the checks
+    assert (tmp_path / "heads.csv").read_text().count("\nm,step800,") == 3  # ranks 4, 8 and the own head
 
     runs[1].write_text(runs[0].read_text())  # rank 4's run copied over rank 8's
     with pytest.raises(IdentityError, match=r"r8/lr0.001.json was made for model='m', rank=4, .*promises .*rank='8'"):
