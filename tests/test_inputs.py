@@ -475,3 +475,15 @@ def test_scripts_import_lmsat_from_the_workflows_own_src_first():
     result = subprocess.run([sys.executable, "-S", "-c", code, str(scripts)], capture_output=True, text=True, env=env)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == str(ROOT / "src" / "lmsat" / "io.py")  # lmsat.io needs only the stdlib
+
+
+def test_a_parameter_count_copied_from_another_model_is_refused(tmp_path):
+    from lmsat.io import IdentityError, read_record, write_json
+
+    counts = tmp_path / "params" / "pythia-160m.json"
+    write_json(counts, dict(model="pythia-70m", id="EleutherAI/pythia-70m", non_embedding=1, total=2))
+    with pytest.raises(IdentityError, match=r"pythia-160m.json was made for model='pythia-70m', but its path "
+                                            r"promises model='pythia-160m'"):
+        read_record(counts, "model")
+    write_json(counts, dict(model="pythia-160m", id="EleutherAI/pythia-160m", non_embedding=1, total=2))
+    assert read_record(counts, "model")["total"] == 2
