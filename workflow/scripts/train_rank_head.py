@@ -16,7 +16,7 @@ import torch
 
 from lmsat.bottleneck import stale_states, state_file, train_config
 from lmsat.heads import ShardedRepresentations, train_head
-from lmsat.io import read_json, setup_logging, write_json
+from lmsat.io import check_identity, read_json, setup_logging, write_json
 from lmsat.models import resolve_device
 
 log = logging.getLogger(__name__)
@@ -31,6 +31,7 @@ def main(snakemake):
     params, wildcards = snakemake.params, snakemake.wildcards
     torch.set_num_threads(params.threads)
     manifest = read_json(snakemake.input.manifest)
+    check_identity(snakemake.input.manifest, manifest, dict(model=wildcards.model))  # not another model's cache
     d, vocab_size, rank = manifest["hidden_size"], manifest["vocab_size"], int(wildcards.rank)
     cfg = train_config(params.settings, params.lr, params.seed, resolve_device(params.device))
     state = state_file(params.state_dir, d, vocab_size, rank, cfg)
