@@ -136,10 +136,13 @@ def test_a_key_given_twice_in_a_config_file_names_file_key_and_lines(tmp_path):
     with pytest.raises(ConfigError) as info:
         load_yaml(path)
     message = str(info.value)
-    assert message.startswith("config key 'n_tokens'") and str(path) in message
+    assert message.startswith("config key 'sample.n_tokens'") and str(path) in message
     assert "lines 3 and 5" in message and "Fix: keep one" in message
     path.write_text("seed: 1\nsample:\n  n_tokens: 100\nother:\n  n_tokens: 200\n")  # same key, other mappings
     assert load_yaml(path)["other"]["n_tokens"] == 200
+    path.write_text("suites:\n  s:\n    models:\n      - name: a\n        hidden_size: 8\n      - {name: b, name: c}\n")
+    with pytest.raises(ConfigError, match=r"config key 'suites.s.models\[1\].name': given twice .* lines 6 and 6"):
+        load_yaml(path)
 
 
 def test_snakemake_refuses_a_config_file_with_a_key_given_twice(tmp_path):

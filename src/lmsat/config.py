@@ -129,32 +129,36 @@ def config_sha256(config: dict) -> str:
     return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """yaml.SafeLoader that refuses a key given twice in one mapping (PyYAML keeps the last)."""
-
-
-def _mapping_without_duplicates(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
-    seen: dict = {}
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=True)
-        line = key_node.start_mark.line + 1
-        if key in seen:
-            raise ConfigError(
-                str(key),
-                f"given twice in {key_node.start_mark.name}, lines {seen[key]} and {line} (the last would silently win)",
-                "keep one of them",
-            )
-        seen[key] = line
-    return loader.construct_mapping(node, deep=deep)
-
-
-_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_duplicates)
+def _refuse_duplicate_keys(node: yaml.Node, source: str, key: str = "") -> None:
+    """ConfigError at the first key given twice in one mapping of a composed YAML document
+    (PyYAML would keep the last one silently); `source`: its file; `key`: the dotted key of `node`."""
+    if isinstance(node, yaml.MappingNode):
+        seen: dict = {}
+        for key_node, value_node in node.value:
+            name = key_node.value if isinstance(key_node, yaml.ScalarNode) else str(key_node)
+            full = f"{key}.{name}" if key else name
+            line = key_node.start_mark.line + 1
+            if name in seen:
+                raise ConfigError(
+                    full,
+                    f"given twice in {source}, lines {seen[name]} and {line} (the last would silently win)",
+                    "keep one of them",
+                )
+            seen[name] = line
+            _refuse_duplicate_keys(value_node, source, full)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _refuse_duplicate_keys(item, source, f"{key}[{i}]")
 
 
 def load_yaml(path: str | Path) -> dict:
     """A YAML (or JSON) config file; ConfigError naming file, key and lines for a duplicate key."""
     with open(path) as handle:
-        return yaml.load(handle, Loader=_StrictLoader) or {}
+        text = handle.read()
+    node = yaml.compose(text, Loader=yaml.SafeLoader)
+    if node is not None:
+        _refuse_duplicate_keys(node, str(path))
+    return yaml.safe_load(text) or {}
 
 
 def _with_defaults(validator_class):
@@ -381,9 +385,9 @@ def _models(config: dict) -> dict[str, ModelEntry]:
 
 
 def _check_references(config: dict, models: dict[str, ModelEntry]) -> None:
-    for section in ("corpora", "tokenizers"):
+    for section, what in (("corpora", "corpus name"), ("tokenizers", "tokenizer name")):
         for name in config[section]:
-            check_path_name(f"{section}.{name}", name, f"{section[:-1] if section == 'tokenizers' else 'corpus'} name")
+            check_path_name(f"{section}.{name}", name, what)
     corpus = config["sample"]["corpus"]
     if corpus not in config["corpora"]:
         raise ConfigError(
