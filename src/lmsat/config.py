@@ -360,7 +360,7 @@ def _models(config: dict) -> dict[str, ModelEntry]:
             elif source == "toy":  # the toy suite's models are built with a context of toy.seq_len
                 check_context(
                     config["sample"]["seq_len"], {"max_position_embeddings": config["toy"]["seq_len"]},
-                    f"toy model {name} (toy.seq_len)",
+                    f"toy model {name}, built with toy.seq_len",
                 )
             models[name] = ModelEntry(
                 name=name,
