@@ -318,7 +318,7 @@ def test_bottleneck_inputs_are_checked_against_their_paths(tmp_path):
 
 def test_a_sample_longer_than_the_toy_context_is_refused_at_planning(default_config):
     default_config["sample"]["seq_len"] = default_config["toy"]["seq_len"] + 1
-    refused(default_config, "sample.seq_len", "65 tokens per sequence exceed the context of toy model toy-d16 "
+    refused(default_config, "sample.seq_len", "65 tokens per sequence exceed the context of toy model toy-d16"
                                               ", built with toy.seq_len (max_position_embeddings=64)", "at most 64")
     default_config["sample"]["seq_len"] = default_config["toy"]["seq_len"]
     plan(default_config)
