@@ -490,3 +490,22 @@ def test_a_parameter_count_copied_from_another_model_is_refused(tmp_path):
         read_record(counts, "model")
     write_json(counts, dict(model="pythia-160m", id="EleutherAI/pythia-160m", non_embedding=1, total=2))
     assert read_record(counts, "model")["total"] == 2
+
+
+def test_hub_dataset_rows_with_a_non_string_or_over_long_text_are_named(tmp_path, monkeypatch):
+    import json
+
+    from lmsat.corpus import CorpusError
+
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    data = tmp_path / "rows.jsonl"
+    rows = [{"body": "w1 w2"}, {"body": "x" * 5000}, {"body": "w3"}]
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    spec = dict(type="hf", path="json", name="", split="train", text_field="body", streaming=True,
+                data_files=[str(data)], files=[], max_documents=0, max_document_bytes=4096)
+    with pytest.raises(CorpusError, match=r"corpus mine: row 1 of json: a document longer than 4096 bytes "
+                                          r"\(corpora.mine.max_document_bytes\)"):
+        read_all(spec)
+    data.write_text("".join(json.dumps(row) + "\n" for row in [{"body": "w1"}, {"body": 7}]))
+    with pytest.raises(CorpusError, match=r"corpus mine: row 1 of json: field 'body' holds int, not a string"):
+        read_all(dict(spec, max_document_bytes=16_000_000))
