@@ -509,3 +509,20 @@ def test_hub_dataset_rows_with_a_non_string_or_over_long_text_are_named(tmp_path
     data.write_text("".join(json.dumps(row) + "\n" for row in [{"body": "w1"}, {"body": 7}]))
     with pytest.raises(CorpusError, match=r"corpus mine: row 1 of json: field 'body' holds int, not a string"):
         read_all(dict(spec, max_document_bytes=16_000_000))
+
+
+def test_a_download_that_fills_the_disk_names_the_checkpoints_directory(tiny_disk):
+    from lmsat.config import ModelEntry
+    from lmsat.fetch import RetryPolicy, _fix, is_transient
+
+    cache_dir = tiny_disk / "results/weights/m/step1"
+    cache_dir.mkdir(parents=True)
+    try:  # a real ENOSPC, as a download writing a shard meets it
+        (cache_dir / "model.safetensors").write_bytes(b"\0" * 2**21)
+    except OSError as error:
+        full = error
+    assert full.errno == 28 and not is_transient(full)  # not retried: waiting does not free the disk
+    entry = ModelEntry(name="m", suite="s", source="hub", id="org/m", hidden_size=8, vocab_size=0, n_params=0,
+                       tokenizer="t", tokens_per_step=1, revisions=("step1",), steps=(1,), allow_pickle=False,
+                       trust_remote_code=False, key="suites.s.models[0]")
+    assert _fix(full, entry, "step1", cache_dir, RetryPolicy()).startswith(f"the disk of {cache_dir} filled up")
