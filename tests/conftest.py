@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,8 @@ from lmsat.config import load_yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
+# As Snakemake does for a local script: its directory on sys.path (for `import _lmsat_src`).
+sys.path.append(str(ROOT / "workflow" / "scripts"))
 
 
 @pytest.fixture

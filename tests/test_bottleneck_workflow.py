@@ -20,6 +20,7 @@ from lmsat.config import ConfigError, ModelEntry, load_plan
 from lmsat.corpus import CorpusError
 from lmsat.figures_bottleneck import plot_ground_truth, plot_ngram_werror, plot_rank_heads, plot_werror_loss
 from lmsat.heads import HeadTrainConfig, ShardedRepresentations, lr_grid, train_head
+from lmsat.io import IdentityError
 from lmsat.synthetic import LanguageSpec, build_language
 from lmsat.werror import w_error_curve
 
@@ -385,7 +386,7 @@ def test_cache_and_training_scripts_run_and_resume(saved_model, tmp_path):
 
 def test_ngram_scripts_write_the_tables(saved_model, tmp_path):
     root, corpus, _ = saved_model
-    out = tmp_path / "words.h5"
+    out = tmp_path / "words" / "words.h5"  # the rule's layout {corpus}/{tokenizer}.h5, checked by the table
     job = SimpleNamespace(
         input=Namedlist(fromdict={"corpus": [str(corpus)], "language": []}),
         output=Namedlist([str(out)]), log=[str(tmp_path / "count.log")],
@@ -404,6 +405,14 @@ def test_ngram_scripts_write_the_tables(saved_model, tmp_path):
     assert set(curve["kind"]) == {"empirical"} and curve["werror"].iloc[0] == pytest.approx(1.0)
     assert (curve["config_sha256"] == "c0ffee").all() and "numpy_version" in curve  # provenance
     assert curve["n_tokens"].iloc[0] == 40 * 41 and (np.diff(curve["werror"]) <= 1e-12).all()
+    moved = tmp_path / "pile" / "words.h5"  # another corpus's path: refused, not tabulated as it
+    moved.parent.mkdir()
+    moved.write_bytes(out.read_bytes())
+    with pytest.raises(IdentityError, match=r"was made for corpus='words', tokenizer='words', but its path promises "
+                                            r"corpus='pile'"):
+        script("tabulate_ngrams").main(SimpleNamespace(input=Namedlist([str(moved)]), output=Namedlist([str(table)]),
+                                                        log=[str(tmp_path / "tab.log")],
+                                                        params=SimpleNamespace(config_sha256="c0ffee")))
     truth = tmp_path / "truth.csv"
     script("ngram_ground_truth").main(SimpleNamespace(
         output=Namedlist([str(truth)]), log=[str(tmp_path / "truth.log")],

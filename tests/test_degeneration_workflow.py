@@ -108,7 +108,8 @@ def run_checkpoint_job(model, revision, step, root, out):
     if not sample.exists():
         tokens = np.random.default_rng(0).integers(0, 37, size=(5, 8))
         write_sample(sample, tokens, np.arange(5) * 8, {"corpus": "words"})
-    spectra, attention = out / "spectra" / f"{revision}.h5", out / "attention" / f"{revision}.h5"
+    # the rule's layout, .../{model}/{revision}.h5: the tables check each file against its path
+    spectra, attention = out / "spectra" / "tiny" / f"{revision}.h5", out / "attention" / "tiny" / f"{revision}.h5"
     cache = out / "cache" / f"{revision}.h5"
     job = SimpleNamespace(
         input=Namedlist(fromdict={"sample": str(sample)}),
@@ -210,8 +211,8 @@ def test_a_branch_serving_another_checkpoint_s_embedding_is_flagged(checkpoints,
     with torch.no_grad():
         stale.get_output_embeddings().weight.mul_(1.5)  # its own head
     record = dict(suite="s", model="tiny", revision="step7", step=7, tokens=70)
-    write_spectrum(tmp_path / "step7.h5", head_spectrum(stale, tokenizer_size=37), record, 37)
-    _, entropy, identical = spectra_tables([files["step0"][0], tmp_path / "step7.h5", files["step9"][0]])
+    write_spectrum(tmp_path / "tiny" / "step7.h5", head_spectrum(stale, tokenizer_size=37), record, 37)
+    _, entropy, identical = spectra_tables([files["step0"][0], tmp_path / "tiny" / "step7.h5", files["step9"][0]])
     assert identical[["revision", "tensor", "group"]].values.tolist() == [
         ["step7", "input_embedding", "step7"],
         ["step9", "input_embedding", "step7"],
@@ -237,6 +238,36 @@ def test_attention_table_is_one_row_per_checkpoint_layer_head_kind(checkpoints):
     assert row["nuclear_ratio"].item() == pytest.approx(record.metrics.nuclear_ratio, rel=1e-12)
     assert row["relative_depth"].item() == 1.0
     assert table.groupby("revision")["identical_weights"].all().to_dict() == {"step0": True, "step5": True, "step9": False}
+
+
+def test_a_file_copied_from_another_revision_is_refused_naming_both(checkpoints, tmp_path):
+    """A spectra file copied over another revision's would be tabulated as that revision:
+    step400 twice, no step800, is_final moved, identical_weights empty (issue 13)."""
+    import shutil
+
+    from lmsat.io import IdentityError
+
+    files, _, _ = checkpoints
+    for kind, (read, index, table) in {
+        "spectra": (read_spectrum, 0, lambda paths: spectra_tables(paths)),
+        "attention": (read_attention, 1, lambda paths: attention_table(paths)),
+    }.items():
+        copied = tmp_path / kind / "tiny" / "step9.h5"
+        copied.parent.mkdir(parents=True)
+        shutil.copy(files["step5"][index], copied)
+        expected = (rf"{copied} was made for model='tiny', revision='step5', but its path promises model='tiny', "
+                    rf"revision='step9' .*Fix: delete {copied} and rerun")
+        with pytest.raises(IdentityError, match=expected):
+            table([files["step0"][index], files["step5"][index], copied])
+        with pytest.raises(IdentityError, match=expected):
+            read(copied)
+        other_model = tmp_path / kind / "other" / "step5.h5"
+        other_model.parent.mkdir()
+        shutil.copy(files["step5"][index], other_model)
+        with pytest.raises(IdentityError, match=r"made for model='tiny', revision='step5', but its path promises "
+                                                r"model='other', revision='step5'"):
+            read(other_model)
+        read(copied, check_path=False)  # a reader outside the layout may opt out
 
 
 # ------------------------------------------------------------------ anisotropy tables

@@ -258,3 +258,28 @@ def test_make_table1_rejects_unregistered_task_and_bad_record():
         make_table1(paper_records(), tasks=("hellaswag",))
     with pytest.raises(ValueError, match="lacks \\['checkpoint'\\]"):
         make_table1([{"model": "m", "results": {}}])
+
+
+@pytest.mark.parametrize("context, continuation_words", [(" ", False), ("w1 w2", True)])
+def test_a_request_that_encodes_to_no_tokens_is_a_named_error(tiny_model_dir, tmp_path, context, continuation_words):
+    """lm-eval would stop on a bare AssertionError (an empty context, or a choice that encodes
+    to nothing); the error names the tasks, their data files, the text and the fix."""
+    from lmsat.evaluation import EmptyRequestError
+
+    torch.set_num_threads(1)
+    task_dir = tmp_path / "tasks"
+    write_offline_tasks(task_dir, make_docs(10), n_docs=4, n_choices=2, seed=0)
+    data = task_dir / "synthetic_mc.jsonl"
+    rows = read_jsonl(data)
+    rows[1]["context"] = context
+    if continuation_words:
+        task_yaml = task_dir / "synthetic_mc.yaml"
+        task_yaml.write_text(task_yaml.read_text().replace("target_delimiter: ' '", "target_delimiter: ''"))
+        rows[1]["choices"] = ["", rows[1]["choices"][1]]
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    with pytest.raises(EmptyRequestError) as info:
+        run_lmeval(str(tiny_model_dir), "main", ["synthetic_mc"], batch_size=4, limit=None, device="cpu",
+                   local_files_only=True, include_path=[str(task_dir)])
+    message = str(info.value)
+    assert "synthetic_mc" in message and str(data) in message and "encodes to no tokens" in message
+    assert "Fix:" in message

@@ -202,7 +202,7 @@ def test_table1_has_revisions_and_marks_skipped_tasks(tmp_path):
 
 
 def test_best_job_reuses_the_final_json_when_they_coincide(tmp_path):
-    final = tmp_path / "final.json"
+    final = tmp_path / "m" / "final" / "synthetic_mc.json"  # the rule's layout, checked against the record
     write_json(final, record("m", "final", "step1000", "synthetic_mc", 0.25))
     out = tmp_path / "best.json"
     snakemake = SimpleNamespace(

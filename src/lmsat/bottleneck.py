@@ -207,6 +207,37 @@ def heads_tables(runs: list[dict], manifests: dict, spectra: dict, tolerance: fl
     return heads[HEAD_COLUMNS], search[SEARCH_COLUMNS].sort_values(["model", "rank", "peak_lr"])
 
 
+def read_head_inputs(run_paths, manifest_paths, spectra_paths) -> tuple[list[dict], dict, dict]:
+    """(runs, manifests by model, own-head singular values by model) for heads_tables, each
+    file checked against what its path promises (lmsat.io.IdentityError naming it):
+    runs/{model}/r{rank}/lr{lr}.json its model, rank and learning rate; cache/{model}/
+    manifest.json its model; the spectra file its model and the manifest's revision (the
+    W-error must be of the head the pairs were cached with)."""
+    from lmsat.degeneration import read_spectrum
+    from lmsat.io import check_identity, read_json
+
+    runs = []
+    for path in map(Path, run_paths):
+        run = read_json(path)
+        found = dict(model=run.get("model"), rank=run.get("rank"), peak_lr=lr_label(float(run.get("peak_lr", "nan"))))
+        promised = dict(model=path.parent.parent.name, rank=path.parent.name[1:], peak_lr=path.stem[2:])
+        check_identity(path, found, promised)
+        runs.append(run)
+    manifests = {}
+    for path in map(Path, manifest_paths):
+        manifest = read_json(path)
+        check_identity(path, manifest, dict(model=path.parent.name))
+        manifests[manifest["model"]] = manifest
+    spectra = {}
+    for path in spectra_paths:
+        values, attrs = read_spectrum(path)  # checks model and revision against its path
+        model = attrs["model"]
+        if model in manifests:
+            check_identity(path, attrs, dict(model=model, revision=manifests[model]["revision"]))
+        spectra[model] = values
+    return runs, manifests, spectra
+
+
 def monotone_violations(heads, slack: float) -> list[tuple[str, int, int]]:
     """(model, r, r') pairs with r < r' whose chosen loss at r' exceeds the one at r by > slack."""
     bad = []

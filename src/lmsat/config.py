@@ -23,11 +23,14 @@ import yaml
 from lmsat import schedules
 
 TOY_ORG = "lmsat-toy"
-# A name that becomes a path component (run, suite, model, revision, ...): no separators,
-# no `..`, never hidden or absolute.
-SAFE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
 PICKLE_FILES = ("pytorch_model.bin", "pytorch_model.bin.index.json")
+
+
+# One pattern for every name that becomes a path component (suite, model, revision,
+# tokenizer, corpus, metric; a run name): no '/', no '..', never absolute, no leading dot.
+PATH_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$"
+_PATH_NAME = re.compile(PATH_NAME_PATTERN)
 
 
 class ConfigError(ValueError):
@@ -142,15 +145,57 @@ def result_config(config: dict, schema: dict) -> dict:
     return config
 
 
+def check_path_name(key: str, name, what: str = "name") -> str:
+    """`name` if it is safe as one path component (PATH_NAME_PATTERN), else ConfigError at `key`.
+
+    Names of suites, models, revisions, tokenizers, corpora and metrics become directories
+    and file names under results/ and logs/: `../x` or `/abs` would write outside them.
+    """
+    if not isinstance(name, str) or not _PATH_NAME.fullmatch(name):
+        raise ConfigError(
+            key,
+            f"{what} {name!r} cannot be a path component (it becomes a directory or file name under results/)",
+            "use 1-200 letters, digits, '.', '_' or '-', starting with a letter or digit (no '/', '..' or absolute path)",
+        )
+    return name
+
+
 def config_sha256(config: dict) -> str:
     """SHA-256 of a validated config (defaults filled; pass `result_config(...)` so that
     operational settings do not change it), independent of key order."""
     return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()
 
 
+def _refuse_duplicate_keys(node: yaml.Node, source: str, key: str = "") -> None:
+    """ConfigError at the first key given twice in one mapping of a composed YAML document
+    (PyYAML would keep the last one silently); `source`: its file; `key`: the dotted key of `node`."""
+    if isinstance(node, yaml.MappingNode):
+        seen: dict = {}
+        for key_node, value_node in node.value:
+            name = key_node.value if isinstance(key_node, yaml.ScalarNode) else str(key_node)
+            full = f"{key}.{name}" if key else name
+            line = key_node.start_mark.line + 1
+            if name in seen:
+                raise ConfigError(
+                    full,
+                    f"given twice in {source}, lines {seen[name]} and {line} (the last would silently win)",
+                    "keep one of them",
+                )
+            seen[name] = line
+            _refuse_duplicate_keys(value_node, source, full)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _refuse_duplicate_keys(item, source, f"{key}[{i}]")
+
+
 def load_yaml(path: str | Path) -> dict:
+    """A YAML (or JSON) config file; ConfigError naming file, key and lines for a duplicate key."""
     with open(path) as handle:
-        return yaml.safe_load(handle) or {}
+        text = handle.read()
+    node = yaml.compose(text, Loader=yaml.SafeLoader)
+    if node is not None:
+        _refuse_duplicate_keys(node, str(path))
+    return yaml.safe_load(text) or {}
 
 
 def _with_defaults(validator_class):
@@ -199,7 +244,34 @@ def validate_config(config: dict, schema: dict) -> dict:
     return config
 
 
-def _revisions(spec: dict, model: dict, suite: dict, config: dict, key: str):
+def _check_revision_spec(spec: dict, key: str) -> None:
+    """The parts of a revisions spec that would fail as raw Python errors while planning."""
+    if spec["subsample"] == 1:
+        raise ConfigError(
+            f"{key}.subsample", "1 cannot be honoured: the first and last revisions are always kept",
+            "use 0 (all revisions) or at least 2",
+        )
+    if spec["schedule"] != "list":
+        try:
+            schedules.render_revision(spec["template"], 0, 1)
+        except (KeyError, IndexError, ValueError, AttributeError) as error:
+            raise ConfigError(
+                f"{key}.template", f"{spec['template']!r} cannot be formatted ({type(error).__name__}: {error})",
+                "use only the fields {step} and {tokens_b}, with braces balanced",
+            ) from None
+    elif not spec["steps"]:
+        try:
+            groups = re.compile(spec["step_regex"]).groups
+        except re.error as error:
+            raise ConfigError(f"{key}.step_regex", f"{spec['step_regex']!r} is not a regular expression ({error})",
+                              "fix the expression, e.g. 'step[-_]?(\\d+)'") from None
+        if groups < 1:
+            raise ConfigError(f"{key}.step_regex", f"{spec['step_regex']!r} has no group",
+                              "put the training step's digits in the first group, e.g. 'ckpt_(\\d+)'")
+
+
+def _revisions(spec: dict, suite: dict, config: dict, spec_key: str):
+    _check_revision_spec(spec, spec_key)
     schedule = spec["schedule"]
     if schedule == "pythia":
         steps = schedules.pythia_steps()
@@ -209,14 +281,18 @@ def _revisions(spec: dict, model: dict, suite: dict, config: dict, key: str):
         steps = None
     if steps is not None:
         names = [schedules.render_revision(spec["template"], s, suite["tokens_per_step"]) for s in steps]
+        for name in names:
+            check_path_name(f"{spec_key}.template", name, "revision name")
     else:
         names = list(spec["list"])
         if not names:
-            raise ConfigError(f"{key}.revisions.list", "no revisions", "list revision names or set `schedule`")
+            raise ConfigError(f"{spec_key}.list", "no revisions", "list revision names or set `schedule`")
+        for i, name in enumerate(names):
+            check_path_name(f"{spec_key}.list[{i}]", name, "revision name")
         if spec["steps"]:  # names without a step in them, e.g. `main`
             if len(spec["steps"]) != len(names):
                 raise ConfigError(
-                    f"{key}.revisions.steps",
+                    f"{spec_key}.steps",
                     f"{len(spec['steps'])} steps for {len(names)} revisions",
                     "give one step per revision of `list`, in the same order",
                 )
@@ -225,12 +301,45 @@ def _revisions(spec: dict, model: dict, suite: dict, config: dict, key: str):
             try:
                 steps = [schedules.parse_step(name, spec["step_regex"]) for name in names]
             except ValueError as error:
-                raise ConfigError(f"{key}.revisions.step_regex", f"{error}, or list their steps in `steps`") from None
+                raise ConfigError(
+                    f"{spec_key}.step_regex", str(error),
+                    "make its first group match the training step's digits, or list the steps in `steps`",
+                ) from None
     if len(set(names)) != len(names):
-        raise ConfigError(f"{key}.revisions", "duplicate revision names", "list each revision once")
+        raise ConfigError(spec_key, "duplicate revision names", "list each revision once")
     order = sorted(range(len(names)), key=lambda i: steps[i])
     pairs = schedules.log_subsample([(names[i], steps[i]) for i in order], spec["subsample"], key=lambda p: p[1])
     return tuple(p[0] for p in pairs), tuple(p[1] for p in pairs)
+
+
+CONTEXT_FIELDS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
+
+
+def context_length(model_config: dict) -> tuple[str, int] | None:
+    """(field, positions) of the longest context a model's config.json (as a dict) states,
+    looked for in its text config first (multimodal configs nest it); None if it states none
+    (e.g. rotary-only models that set no limit)."""
+    for config in (model_config.get("text_config") or {}, model_config):
+        for field in CONTEXT_FIELDS:
+            value = config.get(field)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return field, value
+    return None
+
+
+def check_context(seq_len: int, model_config: dict, where: str, key: str = "sample.seq_len") -> None:
+    """ConfigError at `key` when sequences of `seq_len` tokens exceed the context the model's
+    config states: positions past it are extrapolated (rotary) or wrapped, so the losses
+    would be wrong without any error (`where` names the model and its config file)."""
+    found = context_length(model_config)
+    if found and seq_len > found[1]:
+        field, positions = found
+        raise ConfigError(
+            key,
+            f"{seq_len} tokens per sequence exceed the context of {where} ({field}={positions}); "
+            "positions past it would give wrong losses, without an error",
+            f"set {key} to at most {positions}",
+        )
 
 
 def _check_local_weights(directory: Path, allow_pickle: bool, key: str) -> None:
@@ -248,9 +357,10 @@ def _check_local_weights(directory: Path, allow_pickle: bool, key: str) -> None:
 def _models(config: dict, results: str) -> dict[str, ModelEntry]:
     models: dict[str, ModelEntry] = {}
     for suite_name, suite in config["suites"].items():
+        check_path_name(f"suites.{suite_name}", suite_name, "suite name")
         for index, model in enumerate(suite["models"]):
             key = f"suites.{suite_name}.models[{index}]"
-            name = model["name"]
+            name = check_path_name(f"{key}.name", model["name"], "model name")
             if name in models:
                 raise ConfigError(f"{key}.name", f"model name {name!r} is used twice", "give every model a unique name")
             tokenizer = model["tokenizer"] or suite["tokenizer"]
@@ -270,11 +380,25 @@ def _models(config: dict, results: str) -> dict[str, ModelEntry]:
                 model_id = f"{suite['hub_org']}/{name}"
             elif source == "local" and not model_id:
                 raise ConfigError(f"{key}.id", "a local model needs its directory", "set `id` to the directory")
-            spec = model.get("revisions") or suite["revisions"]
-            revisions, steps = _revisions(spec, model, suite, config, key)
+            if model.get("revisions"):
+                spec, spec_key = model["revisions"], f"{key}.revisions"
+            else:
+                spec, spec_key = suite["revisions"], f"suites.{suite_name}.revisions"
+            revisions, steps = _revisions(spec, suite, config, spec_key)
             if source == "local":
                 for revision in revisions:
                     _check_local_weights(Path(model_id) / revision, model["allow_pickle"], f"{key}.id")
+                config_json = Path(model_id) / revisions[0] / "config.json"
+                try:
+                    model_config = json.loads(config_json.read_text())
+                except (OSError, ValueError) as error:
+                    raise ConfigError(f"{key}.id", f"{config_json} is unreadable ({error})", "save the model again") from None
+                check_context(config["sample"]["seq_len"], model_config, f"model {name} ({config_json})")
+            elif source == "toy":  # the toy suite's models are built with a context of toy.seq_len
+                check_context(
+                    config["sample"]["seq_len"], {"max_position_embeddings": config["toy"]["seq_len"]},
+                    f"toy model {name}, built with toy.seq_len",
+                )
             models[name] = ModelEntry(
                 name=name,
                 suite=suite_name,
@@ -299,6 +423,9 @@ def _models(config: dict, results: str) -> dict[str, ModelEntry]:
 
 
 def _check_references(config: dict, models: dict[str, ModelEntry]) -> None:
+    for section, what in (("corpora", "corpus name"), ("tokenizers", "tokenizer name")):
+        for name in config[section]:
+            check_path_name(f"{section}.{name}", name, what)
     corpus = config["sample"]["corpus"]
     if corpus not in config["corpora"]:
         raise ConfigError(
@@ -322,6 +449,7 @@ def _check_references(config: dict, models: dict[str, ModelEntry]) -> None:
     from lmsat.metrics import METRICS  # light import: no torch
 
     for i, metric in enumerate(config["metrics"]):
+        check_path_name(f"metrics[{i}]", metric, "metric name")
         if metric not in METRICS:
             raise ConfigError(f"metrics[{i}]", f"unknown metric {metric!r}", f"use one of: {', '.join(METRICS)}")
     bottleneck = config["bottleneck"]
@@ -336,17 +464,6 @@ def _check_references(config: dict, models: dict[str, ModelEntry]) -> None:
                     f"rank {rank} exceeds the hidden size d={d} of model {name} ({models[name].key}.hidden_size)",
                     "use ranks r <= d; a rank-r head with r > d is no constraint",
                 )
-
-
-def check_path_name(key: str, name: str) -> str:
-    """`name`, if it is safe as a single path component; else a ConfigError naming `key`."""
-    if not isinstance(name, str) or not SAFE_NAME.fullmatch(name):
-        raise ConfigError(
-            key,
-            f"{name!r} cannot be used in file paths",
-            "use letters, digits, '.', '_' and '-' only, not starting with '.' (no '/', no '..')",
-        )
-    return name
 
 
 def _locate_run_files(config: dict, results: str) -> None:
@@ -365,7 +482,7 @@ def load_plan(config: dict, schema: str | Path | dict, default_run: str = "defau
     references, expand. `default_run` names the run when the config does not (the stem of
     its config file)."""
     config = validate_config(config, schema if isinstance(schema, dict) else load_yaml(schema))
-    config["run"] = check_path_name("run", config["run"] or default_run)
+    config["run"] = check_path_name("run", config["run"] or default_run, "run name")
     results = f"results/{config['run']}"
     _locate_run_files(config, results)
     models = _models(config, results)

@@ -38,16 +38,54 @@ def corpus_inputs(spec: dict) -> list[str]:
     return []
 
 
-def _read_text_file(path: str, text_field: str) -> Iterator[str]:
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
-            if path.endswith(".jsonl"):
-                try:
-                    line = json.loads(line)[text_field]
-                except (json.JSONDecodeError, KeyError) as error:
-                    raise CorpusError(f"{path}:{number}: not a JSON object with field {text_field!r} ({error})")
-            if line.strip():
-                yield line.rstrip("\n")
+MAX_DOCUMENT_BYTES = 16_000_000  # schema default of corpora.<name>.max_document_bytes
+
+
+def _too_long(where: str, name: str, limit: int) -> CorpusError:
+    return CorpusError(
+        f"{where}: a document longer than {limit} bytes (corpora.{name}.max_document_bytes); it is not read "
+        "whole (tokenizing it would need ~100x its size in memory). Fix: split the document into lines "
+        f"(.txt: one document per line), or raise corpora.{name}.max_document_bytes with the job's memory"
+    )
+
+
+def _lines(path: str, limit: int, name: str) -> Iterator[tuple[int, bytes]]:
+    """(line number, bytes) of every line, read `limit` bytes at a time: a longer line is
+    refused after its first `limit` bytes, never read whole."""
+    with open(path, "rb") as handle:
+        number = 0
+        while line := handle.readline(limit + 1):
+            number += 1
+            if len(line) > limit and not line.endswith(b"\n"):
+                raise _too_long(f"{path}:{number}", name, limit)
+            yield number, line
+
+
+def _read_text_file(path: str, text_field: str, name: str = "corpus", limit: int = MAX_DOCUMENT_BYTES) -> Iterator[str]:
+    for number, raw in _lines(path, limit, name):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise CorpusError(
+                f"{path}:{number}: not valid UTF-8 ({error.reason} at byte {error.start} of the line). "
+                "Fix: re-encode the file as UTF-8 (e.g. iconv -f latin1 -t utf-8) or remove the line"
+            ) from None
+        if path.endswith(".jsonl"):
+            if not line.strip():
+                continue
+            try:
+                line = json.loads(line)[text_field]
+            except (json.JSONDecodeError, KeyError, TypeError) as error:
+                raise CorpusError(
+                    f"{path}:{number}: not a JSON object with field {text_field!r} ({type(error).__name__}: {error})"
+                ) from None
+            if not isinstance(line, str):
+                raise CorpusError(
+                    f"{path}:{number}: field {text_field!r} holds {type(line).__name__} {str(line)[:40]!r}, not a "
+                    f"string. Fix: give every line a string {text_field!r}, or set corpora.{name}.text_field"
+                )
+        if line.strip():
+            yield line.rstrip("\r\n")
 
 
 def iter_documents(spec: dict, name: str = "corpus", policy=None, sleep=time.sleep) -> Iterator[str]:
@@ -57,7 +95,7 @@ def iter_documents(spec: dict, name: str = "corpus", policy=None, sleep=time.sle
         yield from _hf_documents(spec, name, policy, sleep)
         return
     for path in corpus_inputs(spec):
-        yield from _read_text_file(path, spec["text_field"])
+        yield from _read_text_file(path, spec["text_field"], name, spec.get("max_document_bytes", MAX_DOCUMENT_BYTES))
 
 
 def _hf_documents(spec: dict, name: str, policy, sleep) -> Iterator[str]:
@@ -85,7 +123,16 @@ def _hf_documents(spec: dict, name: str, policy, sleep) -> Iterator[str]:
                     raise CorpusError(
                         f"corpus {name}: rows have no field {spec['text_field']!r} (fields: {sorted(row)})"
                     )
-                yield row[spec["text_field"]]
+                text = row[spec["text_field"]]
+                if not isinstance(text, str):
+                    raise CorpusError(
+                        f"corpus {name}: row {done} of {spec['path']}: field {spec['text_field']!r} holds "
+                        f"{type(text).__name__}, not a string. Fix: set corpora.{name}.text_field to a text field"
+                    )
+                limit = spec.get("max_document_bytes", MAX_DOCUMENT_BYTES)
+                if len(text) > limit // 4 and len(text.encode("utf-8")) > limit:
+                    raise _too_long(f"corpus {name}: row {done} of {spec['path']}", name, limit)
+                yield text
                 done += 1
             return
         except CorpusError:

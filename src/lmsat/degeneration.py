@@ -42,7 +42,7 @@ import h5py
 import numpy as np
 import pandas as pd
 
-from lmsat.io import atomic_path, library_versions
+from lmsat.io import atomic_path, check_identity, library_versions, promised_by_path
 from lmsat.spectra import effective_rank, identical_heads, singular_entropy, stable_rank
 from lmsat.tables import with_provenance
 
@@ -178,16 +178,28 @@ def _read(path, datasets: tuple[str, ...]) -> tuple[dict[str, np.ndarray], dict]
     return arrays, attrs
 
 
-def read_spectrum(path) -> tuple[np.ndarray, dict]:
-    """Singular values (descending, float64) and attributes of a spectra file."""
+def _check_checkpoint(path, attrs: dict, check_path: bool) -> None:
+    """With check_path, the file's model and revision must be those of its path
+    `.../{model}/{revision}.h5` (lmsat.io.IdentityError otherwise)."""
+    if check_path:
+        check_identity(path, attrs, promised_by_path(path, "model", "revision"))
+
+
+def read_spectrum(path, check_path: bool = True) -> tuple[np.ndarray, dict]:
+    """Singular values (descending, float64) and attributes of a spectra file, made for the
+    model and revision its path names (check_path)."""
     arrays, attrs = _read(path, ("singular_values",))
+    _check_checkpoint(path, attrs, check_path)
     return arrays["singular_values"], attrs
 
 
-def read_attention(path) -> tuple[dict[str, np.ndarray], dict]:
-    """Arrays ("{kind}/{name}") and attributes of an attention file."""
+def read_attention(path, check_path: bool = True) -> tuple[dict[str, np.ndarray], dict]:
+    """Arrays ("{kind}/{name}") and attributes of an attention file, made for the model and
+    revision its path names (check_path)."""
     keys = tuple(f"{kind}/{name}" for kind in ATTENTION_KINDS for name in ("singular_values", *ATTENTION_SCALARS))
-    return _read(path, keys)
+    arrays, attrs = _read(path, keys)
+    _check_checkpoint(path, attrs, check_path)
+    return arrays, attrs
 
 
 # --- tidy tables (no torch) ---------------------------------------------------------------

@@ -57,6 +57,11 @@ class ManualDownloadRequired(ValueError):
         super().__init__("; ".join(f"task {task}: {why}" for task, why in sorted(missing.items())))
 
 
+class EmptyRequestError(ValueError):
+    """A scored request whose context or continuation encodes to no tokens (lm-eval itself
+    stops on a bare AssertionError); the message names the tasks, their data and the text."""
+
+
 @dataclass(frozen=True)
 class MetricSpec:
     task: str  # lm-eval task name
@@ -208,12 +213,13 @@ def manual_download_missing(tasks: list[str], task_manager) -> dict[str, str]:
     from packaging.version import Version
 
     scripts_unsupported = Version(datasets.__version__) >= Version("4.0.0")
-    from lm_eval.tasks._index import Kind
-
     leaves = []
     for task in tasks:  # a tag (e.g. "storycloze") stands for its tasks; groups are not expanded
+        # TaskManager.task_index (public) maps names to entries with kind/cfg/tags since
+        # lm-eval 0.4.12, our lower bound; kind is compared by name, its enum is private
         entry = task_manager.task_index.get(task)
-        leaves += sorted(entry.tags) if entry is not None and entry.kind == Kind.TAG else [task]
+        is_tag = entry is not None and getattr(entry.kind, "name", "") == "TAG"
+        leaves += sorted(entry.tags) if is_tag else [task]
     missing = {}
     for task in leaves:
         entry = task_manager.task_index.get(task)
@@ -285,6 +291,40 @@ def _load_model_and_tokenizer(model_name_or_path, revision, tokenizer, *, cache_
     return model.eval(), tokenizer
 
 
+def _task_data(tasks: list[str], task_manager) -> str:
+    """Where the documents of `tasks` come from (data files, else the dataset), for errors."""
+    where = []
+    for task in tasks:
+        entry = task_manager.task_index.get(task)
+        config = (getattr(entry, "cfg", None) or {}) if entry is not None else {}
+        files = (config.get("dataset_kwargs") or {}).get("data_files") or config.get("dataset_path") or "?"
+        files = list(files.values()) if isinstance(files, dict) else files
+        where.append(f"{task} ({', '.join(map(str, files)) if isinstance(files, list) else files})")
+    return "; ".join(where)
+
+
+def _checked_lm(hflm_class, describe):
+    """HFLM that refuses, by name, a request lm-eval would stop on with a bare AssertionError."""
+
+    class CheckedHFLM(hflm_class):
+        def _loglikelihood_tokens(self, requests, *args, **kwargs):
+            for key, context_enc, continuation_enc in requests:
+                if key is None:  # a rolling window of a perplexity document: tokens already
+                    continue
+                context, continuation = key
+                for part, text, tokens in (("context", context, context_enc), ("continuation", continuation, continuation_enc)):
+                    if len(tokens) == 0:
+                        raise EmptyRequestError(
+                            f"lm-eval task(s) {describe()}: a request's {part} {text[:80]!r} encodes to no tokens "
+                            f"(context {context[:80]!r}, continuation {continuation[:80]!r}); lm-eval would stop on "
+                            "a bare AssertionError. Fix: give every document a non-empty context and non-empty "
+                            "choices (after the target delimiter) in the task's data, or drop the task"
+                        )
+            return super()._loglikelihood_tokens(requests, *args, **kwargs)
+
+    return CheckedHFLM
+
+
 def run_lmeval(
     model_name_or_path,
     revision: str,
@@ -331,18 +371,27 @@ def run_lmeval(
         model_name_or_path, revision, tokenizer,
         cache_dir=cache_dir, local_files_only=local_files_only, dtype=dtype, device=device,
     )
-    lm = HFLM(pretrained=model, tokenizer=tokenizer, revision=revision, batch_size=batch_size)
-    results = lm_eval.simple_evaluate(
-        model=lm,
-        tasks=tasks,
-        num_fewshot=num_fewshot,
-        batch_size=batch_size,
-        device=device,
-        limit=limit,
-        bootstrap_iters=bootstrap_iters,
-        task_manager=task_manager,
-        log_samples=False,
-    )
+    describe = lambda: _task_data(tasks, task_manager)  # noqa: E731 (only when an error is raised)
+    lm = _checked_lm(HFLM, describe)(pretrained=model, tokenizer=tokenizer, revision=revision, batch_size=batch_size)
+    try:
+        results = lm_eval.simple_evaluate(
+            model=lm,
+            tasks=tasks,
+            num_fewshot=num_fewshot,
+            batch_size=batch_size,
+            device=device,
+            limit=limit,
+            bootstrap_iters=bootstrap_iters,
+            task_manager=task_manager,
+            log_samples=False,
+        )
+    except AssertionError as error:  # lm-eval's sanity checks carry no message
+        raise EmptyRequestError(
+            f"lm-eval stopped on an assertion ({error!r}) while scoring task(s) {describe()} of "
+            f"{model_name_or_path} at {revision}: usually a document whose context or choices encode to no "
+            "tokens, or a continuation longer than the model's context. Fix: correct those documents in the "
+            "task's data, or drop the task"
+        ) from error
     results.pop("samples", None)
     results["lmsat"] = {
         "model": str(model_name_or_path) if isinstance(model_name_or_path, (str, os.PathLike)) else type(model).__name__,

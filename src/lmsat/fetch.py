@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lmsat.config import ModelEntry
+from lmsat.io import is_disk_full
 
 log = logging.getLogger(__name__)
 
@@ -173,6 +174,11 @@ def _fix(error: BaseException, model: ModelEntry, revision: str, cache_dir, poli
             return f"check the revisions of {model.key} (the hub has no {revision!r})"
     if is_transient(error):
         return f"the hub was unreachable for {policy.attempts} tries; rerun later (finished jobs are kept)"
+    if any(is_disk_full(cause) for cause in _causes(error)):
+        return (
+            f"the disk of {cache_dir} filled up during the download: free space there, or lower "
+            "--resources disk_mb so that fewer checkpoints are on disk at once, and rerun"
+        )
     return "see the error above"
 
 

@@ -210,6 +210,16 @@ def chunked_cross_entropy(
 # ------------------------------------------------------------------- cached representations
 
 
+class ShardError(ValueError):
+    """A head-cache shard that cannot be read (truncated, corrupt); the message names it."""
+
+    def __init__(self, path: Path, error: Exception):
+        super().__init__(
+            f"head-cache shard {path} is unreadable or truncated ({error}). Fix: delete {path.parent} "
+            "(that model's head cache) and rerun, so that build_head_cache writes it again"
+        )
+
+
 class ShardedRepresentations:
     """Reads (hidden, target) pairs from HDF5 shards, each with datasets
     `hidden` (n, d) (any float dtype; returned as float32) and `targets` (n,) (ints).
@@ -250,7 +260,10 @@ class ShardedRepresentations:
     def _open_shard(self, path: Path) -> None:
         if not path.is_file():
             raise ValueError(f"ShardedRepresentations: shard {path} does not exist")
-        file = h5py.File(path, "r")
+        try:
+            file = h5py.File(path, "r")
+        except OSError as error:
+            raise ShardError(path, error) from error
         self._files.append(file)
         for name in ("hidden", "targets"):
             if name not in file:
@@ -294,19 +307,26 @@ class ShardedRepresentations:
         targets = np.empty(n, dtype=np.int64)  # (n,)
         for i, (shard, start) in enumerate(zip(shards, starts)):
             rows = slice(i * self.seq_len, (i + 1) * self.seq_len)
-            self._hidden[shard].read_direct(hidden, np.s_[start : start + self.seq_len], rows)
-            self._targets[shard].read_direct(targets, np.s_[start : start + self.seq_len], rows)
+            try:
+                self._hidden[shard].read_direct(hidden, np.s_[start : start + self.seq_len], rows)
+                self._targets[shard].read_direct(targets, np.s_[start : start + self.seq_len], rows)
+            except OSError as error:
+                raise ShardError(self.paths[shard], error) from error
         return hidden, targets
 
     def iter_batches(self, batch_tokens: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """Every cached position exactly once, in order, `batch_tokens` at a time."""
-        for hidden, targets, size in zip(self._hidden, self._targets, self.shard_sizes):
+        for path, hidden, targets, size in zip(self.paths, self._hidden, self._targets, self.shard_sizes):
             for start in range(0, size, batch_tokens):
                 stop = min(start + batch_tokens, size)
-                yield (
-                    np.asarray(hidden[start:stop], dtype=np.float32),  # (n, d)
-                    np.asarray(targets[start:stop], dtype=np.int64),  # (n,)
-                )
+                try:
+                    batch = (
+                        np.asarray(hidden[start:stop], dtype=np.float32),  # (n, d)
+                        np.asarray(targets[start:stop], dtype=np.int64),  # (n,)
+                    )
+                except OSError as error:
+                    raise ShardError(path, error) from error
+                yield batch
 
     def close(self) -> None:
         for file in self._files:

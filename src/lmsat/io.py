@@ -7,6 +7,7 @@ so a killed job never leaves a file that looks finished.
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import hashlib
 import json
@@ -16,15 +17,41 @@ import sys
 from pathlib import Path
 
 
+class DiskFullError(OSError):
+    """The disk filled up while an output was written; the message names the output."""
+
+
+def is_disk_full(error: BaseException) -> bool:
+    """ENOSPC or EDQUOT, also as h5py reports it (in the message, without an errno)."""
+    text = str(error)
+    return (
+        getattr(error, "errno", None) in (errno.ENOSPC, errno.EDQUOT)
+        or "No space left on device" in text
+        or "Disk quota exceeded" in text
+    )
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | Path):
-    """Yield a temp path beside `path`; rename it to `path` only if the block succeeds."""
+    """Yield a temp path beside `path`; rename it to `path` only if the block succeeds.
+
+    A full disk while the block writes raises DiskFullError naming `path` (a bare
+    `[Errno 28]` names no file); the temp file is removed either way.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     try:
         yield tmp
         os.replace(tmp, path)
+    except OSError as error:
+        if not is_disk_full(error) or isinstance(error, DiskFullError):
+            raise
+        raise DiskFullError(
+            errno.ENOSPC,
+            f"no space left on the disk of {path} while writing it ({error}); nothing was left under its name. "
+            f"Fix: free space on that disk (or point results/ at a larger one) and rerun",
+        ) from error
     finally:
         if tmp.exists():
             tmp.unlink()
@@ -40,6 +67,43 @@ def read_json(path: str | Path):
         return json.loads(Path(path).read_text())
     except (OSError, json.JSONDecodeError) as error:
         raise ValueError(f"{path} is unreadable or not JSON ({error}); delete it and rerun") from error
+
+
+class IdentityError(ValueError):
+    """An input made for another checkpoint (model, revision, metric, ...) than its path
+    promises: a file copied or moved by hand would otherwise be tabulated as the right one."""
+
+
+def promised_by_path(path: str | Path, *names: str) -> dict[str, str]:
+    """What a results path promises, from its last components: the directories, then the
+    file's stem, one per name (the rule's output pattern ends in `.../{model}/{revision}.h5`).
+
+    >>> promised_by_path("results/metrics/loss/m/step8.json", "metric", "model", "revision")
+    {'metric': 'loss', 'model': 'm', 'revision': 'step8'}
+    """
+    path = Path(path)
+    parts = [*path.parent.parts, path.stem][-len(names) :]
+    return dict(zip(names, parts))
+
+
+def check_identity(path: str | Path, found: dict, promised: dict) -> None:
+    """IdentityError unless `found` (a file's own record) agrees with `promised` (its path)."""
+    if all(str(found.get(key)) == str(value) for key, value in promised.items()):
+        return
+    made = ", ".join(f"{key}={found.get(key)!r}" for key in promised)
+    want = ", ".join(f"{key}={value!r}" for key, value in promised.items())
+    raise IdentityError(
+        f"{path} was made for {made}, but its path promises {want} (copied or moved from another "
+        f"checkpoint?). Fix: delete {path} and rerun, so that Snakemake makes it again"
+    )
+
+
+def read_record(path: str | Path, *names: str):
+    """A per-checkpoint JSON record whose fields `names` must match the last path components,
+    e.g. read_record("results/metrics/loss/m/step8.json", "metric", "model", "revision")."""
+    record = read_json(path)
+    check_identity(path, record if isinstance(record, dict) else {}, promised_by_path(path, *names))
+    return record
 
 
 SECRET_VARIABLES = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")  # hub tokens, read by huggingface_hub

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 
-from lmsat.config import ModelEntry
+from lmsat.config import ModelEntry, check_context
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +81,12 @@ def load_causal_lm(model: ModelEntry, revision: str, *, dtype: str = "float32", 
                 f"but config key '{model.key}.{field}' says {stated}; fix the config"
             )
     return lm.to(device).eval()
+
+
+def check_sequence_length(lm, model: ModelEntry, revision: str, seq_len: int, key: str = "sample.seq_len") -> None:
+    """ConfigError at `key` before any forward when sequences of `seq_len` tokens exceed the
+    context the loaded checkpoint's config states (max_position_embeddings or the like)."""
+    check_context(seq_len, lm.config.to_dict(), f"model {model.name} ({model.id}) at {revision}", key)
 
 
 def load_tokenizer(spec: dict, name: str, policy=None):

@@ -39,6 +39,8 @@ def toy_steps(max_steps: int, n_linear: int = 4, base: int = 2) -> list[int]:
 
 def log_subsample(items: list, n: int, key=None) -> list:
     """About `n` items log-spaced by `key` (default: the item), first and last always kept."""
+    if n == 1:
+        raise ValueError("log_subsample keeps the first and last items: n must be 0 (all) or >= 2")
     if n <= 0 or len(items) <= n:
         return list(items)
     key = key or (lambda x: x)
@@ -59,8 +61,8 @@ def parse_step(revision: str, step_regex: str) -> int:
     """Training step encoded in a revision name (`main` has no step: raise)."""
     match = re.search(step_regex, revision)
     if not match:
-        raise ValueError(
-            f"revision {revision!r} does not match step_regex {step_regex!r}; "
-            "set `revisions.step_regex` so that its first group is the training step"
-        )
-    return int(match.group(1))
+        raise ValueError(f"revision {revision!r} does not match step_regex {step_regex!r}")
+    step = match.group(1) if match.re.groups else None
+    if step is None or not step.isdigit():
+        raise ValueError(f"the first group of step_regex {step_regex!r} gives {step!r} for revision {revision!r}, not a step number")
+    return int(step)

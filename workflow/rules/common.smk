@@ -7,18 +7,18 @@ from lmsat.config import config_sha256, load_plan, load_yaml, result_config
 from lmsat.corpus import corpus_inputs
 from lmsat.fetch import checkpoint_disk_mb, estimated_parameters
 from lmsat.metrics import METRICS
-from snakemake.common.configfile import load_configfile
 from snakemake.utils import update_config
 
 # `configfile:` in the Snakefile would be merged under any --configfile, so the paper's
 # config would also plan the toy suite; a --configfile replaces the default instead.
-if workflow.overwrite_configfiles:
-    chosen = {}
-    for path in workflow.overwrite_configfiles:
-        update_config(chosen, load_configfile(path))
-    update_config(chosen, workflow.config_settings.overwrite_config)
-    config.clear()
-    config.update(chosen)
+# Every config file is read again with lmsat's strict loader: a key given twice is an
+# error naming file, key and lines (Snakemake's loader silently keeps the last).
+chosen = {}
+for path in workflow.overwrite_configfiles or workflow.configfiles:
+    update_config(chosen, load_yaml(path))
+update_config(chosen, workflow.config_settings.overwrite_config)
+config.clear()
+config.update(chosen)
 
 # Validated once, at DAG time, with errors naming the key and the fix; no hub is reached.
 # An unnamed run is named after its config file (config/pythia.yaml -> results/pythia).

@@ -6,6 +6,8 @@ job loses at most one chunk of it). Importing torch + transformers and loading t
 cost more than either part on small models, so one job per checkpoint does both.
 """
 
+import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
+
 import logging
 
 import torch
@@ -15,7 +17,7 @@ from lmsat.config import ModelEntry
 from lmsat.corpus import read_sample
 from lmsat.degeneration import attention_arrays, head_spectrum, write_attention, write_spectrum
 from lmsat.io import setup_logging
-from lmsat.models import job_device, load_causal_lm, load_tokenizer
+from lmsat.models import check_sequence_length, job_device, load_causal_lm, load_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +53,7 @@ def main(snakemake):
     # float32 represents any stored dtype exactly, so the weight analyses see the true
     # weights whatever dtype the forward runs in; the cast below equals loading in it.
     lm = load_causal_lm(entry, revision, dtype="float32", device="cpu")
+    check_sequence_length(lm, entry, revision, tokens.shape[1])  # before any work on it
     analyse_weights(lm, entry, revision, params, snakemake.output)
     lm = lm.to(device=device, dtype=getattr(torch, settings.dtype))
     identity = dict(model=entry.name, revision=revision, model_id=entry.id, sample_sha256=sample["sha256"])

@@ -5,6 +5,8 @@ shards and a manifest with the model's own head evaluated on the eval pairs (Fig
 reference row).
 """
 
+import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
+
 import logging
 
 import h5py
@@ -14,7 +16,7 @@ from lmsat.config import ModelEntry
 from lmsat.corpus import CorpusError, build_token_pool, iter_documents, read_sample
 from lmsat.headcache import CacheSettings, build_head_cache, check_sample_alignment, draw_token_sets, full_head_reference
 from lmsat.io import library_versions, setup_logging, write_json
-from lmsat.models import job_device, load_causal_lm, load_tokenizer
+from lmsat.models import check_sequence_length, job_device, load_causal_lm, load_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +63,7 @@ def main(snakemake):
     sets = draw_sets(params, tokenizer, snakemake.input.sample)
     device = job_device(snakemake)
     lm = load_causal_lm(entry, revision, dtype=params.dtype, device=device)
+    check_sequence_length(lm, entry, revision, params.seq_len)  # windows of sample.seq_len tokens
     identity = dict(model=entry.name, revision=revision, model_id=entry.id, seed=params.seed)
     settings = CacheSettings(batch_size=params.batch_size, dtype=params.dtype, storage_dtype=params.storage_dtype)
     shards = {"train": as_list(output.train), "eval": as_list(output.eval)}

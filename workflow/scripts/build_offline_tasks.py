@@ -5,6 +5,8 @@ among frequency-drawn distractors) as task YAMLs + JSONL data into one directory
 evaluation jobs pass to lm-eval as include_path.
 """
 
+import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
+
 import logging
 from pathlib import Path
 

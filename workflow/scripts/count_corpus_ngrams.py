@@ -4,6 +4,8 @@ For a synthetic corpus read with the toy tokenizer (token id == word id), the sp
 the language's true n-gram matrix is stored beside it.
 """
 
+import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
+
 import json
 import logging
 

@@ -6,6 +6,8 @@ the model on the meta device (no memory). Needs only config.json, on disk: the t
 local directory, or the final checkpoint fetched by rule fetch_checkpoint.
 """
 
+import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
+
 import logging
 import os
 

@@ -7,10 +7,12 @@ message saying how to get it, so that the other tasks and Table 1 still get buil
 checkpoint that is also the final one copies the final job's JSON instead of rerunning.
 """
 
+import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
+
 import logging
 import os
 
-from lmsat.io import read_json, setup_logging, write_json
+from lmsat.io import read_record, setup_logging, write_json
 
 log = logging.getLogger(__name__)
 
@@ -20,7 +22,7 @@ def main(snakemake):
     params, wildcards = snakemake.params, snakemake.wildcards
     record = dict(model=wildcards.model, checkpoint=wildcards.kind, revision=params.revision, task=wildcards.task)
     if "same_as" in snakemake.input.keys():
-        final = read_json(snakemake.input.same_as)
+        final = read_record(snakemake.input.same_as, "model", "checkpoint", "task")
         log.info("%s: best checkpoint %s is the final one; reusing %s", wildcards.model, params.revision, snakemake.input.same_as)
         write_json(snakemake.output[0], {**final, **record, "reused_from": snakemake.input.same_as})
         return

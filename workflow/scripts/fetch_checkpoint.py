@@ -6,6 +6,8 @@ less than fetch.min_free_mb free first waits for other jobs to free space. The t
 any, is read from HF_TOKEN by huggingface_hub and never logged.
 """
 
+import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
+
 from lmsat.config import ModelEntry
 from lmsat.fetch import RetryPolicy, fetch_checkpoint
 from lmsat.io import setup_logging

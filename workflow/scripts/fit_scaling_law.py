@@ -10,12 +10,14 @@ leaves at 0). Outputs:
                          predicted loss, shortfall in % (> 0 = worse than the law)
 """
 
+import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
+
 import logging
 
 import numpy as np
 import pandas as pd
 
-from lmsat.io import atomic_path, read_json, setup_logging
+from lmsat.io import atomic_path, read_record, setup_logging
 from lmsat.scaling import fit_scaling_law, predict, shortfall
 from lmsat.tables import with_provenance
 
@@ -111,7 +113,7 @@ def main(snakemake):
     setup_logging(snakemake.log[0])
     params = snakemake.params
     settings = params.scaling
-    sizes = model_sizes(params.n_params, [read_json(path) for path in snakemake.input.counts], settings["params"])
+    sizes = model_sizes(params.n_params, [read_record(path, "model") for path in snakemake.input.counts], settings["params"])
     fit_row, table = scaling_tables(pd.read_csv(snakemake.input.selection), sizes, settings, seed=params.seed)
     log.info("law:\n%s\nshortfall:\n%s", fit_row.T.to_string(), table.to_string())
     for frame, path in ((fit_row, snakemake.output.fit), (table, snakemake.output.shortfall)):

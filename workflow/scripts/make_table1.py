@@ -4,12 +4,14 @@ Rows are (model, checkpoint kind, revision); columns are lmsat.evaluation.METRIC
 configured tasks, with arrows for the better direction. Skipped tasks are missing (–).
 """
 
+import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
+
 import logging
 
 import pandas as pd
 
 from lmsat.evaluation import make_table1, write_table
-from lmsat.io import read_json, setup_logging
+from lmsat.io import read_record, setup_logging
 from lmsat.tables import with_provenance
 
 log = logging.getLogger(__name__)
@@ -34,7 +36,7 @@ def table1(records: list[dict], tasks: list[str]) -> pd.DataFrame:
 
 def main(snakemake):
     setup_logging(snakemake.log[0])
-    records = [read_json(path) for path in snakemake.input.records]
+    records = [read_record(path, "model", "checkpoint", "task") for path in snakemake.input.records]
     for record in records:
         if record["status"] != "done":
             log.warning("%s %s %s: %s (%s)", record["model"], record["checkpoint"], record["task"], record["status"], record["message"])

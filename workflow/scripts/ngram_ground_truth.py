@@ -1,6 +1,8 @@
 """Rule ngram_ground_truth: empirical n-gram W-error curves of growing samples of a
 synthetic language against the curve of its true n-gram matrix."""
 
+import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
+
 import logging
 
 import pandas as pd

@@ -1,6 +1,8 @@
 """Rule plot_ground_truth: n-gram W-error against the true matrix, and the rank-r head
 losses against the synthetic language's entropy rate (when the heads were measured on it)."""
 
+import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
+
 import pandas as pd
 
 from lmsat.bottleneck import entropy_rate_of

@@ -5,6 +5,8 @@ revision on the eval sample, final = last revision), with its step, tokens and l
 provenance columns (unlike the final tables): its bytes change only when a selection does.
 """
 
+import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
+
 import logging
 
 import pandas as pd

@@ -1,14 +1,16 @@
 """Rule tabulate_anisotropy: the tables of Figs. 2 and 3 from the anisotropy records."""
 
+import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
+
 import pandas as pd
 
 from lmsat.degeneration import anisotropy_tables, write_csv
-from lmsat.io import read_json, setup_logging
+from lmsat.io import read_record, setup_logging
 
 
 def main(snakemake):
     setup_logging(snakemake.log[0])
-    records = [read_json(path) for path in snakemake.input.records]
+    records = [read_record(path, "metric", "model", "revision") for path in snakemake.input.records]
     layers, training = anisotropy_tables(records, pd.read_csv(snakemake.input.loss), snakemake.params.models)
     write_csv(layers, snakemake.output.layers, snakemake.params.config_sha256, snakemake.input.records)
     write_csv(training, snakemake.output.training, snakemake.params.config_sha256, snakemake.input.records)

@@ -1,11 +1,13 @@
 """Rule tabulate_bottleneck: the best learning rate per (model, r), the reference rows and
 the W-error of each model's own head (the tables behind Figs. 6 and 8)."""
 
+import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
+
 import logging
 
-from lmsat.bottleneck import heads_tables, monotone_violations
-from lmsat.degeneration import read_spectrum, write_csv
-from lmsat.io import read_json, setup_logging
+from lmsat.bottleneck import heads_tables, monotone_violations, read_head_inputs
+from lmsat.degeneration import write_csv
+from lmsat.io import setup_logging
 
 log = logging.getLogger(__name__)
 
@@ -13,9 +15,7 @@ log = logging.getLogger(__name__)
 def main(snakemake):
     setup_logging(snakemake.log[0])
     inputs, params = snakemake.input, snakemake.params
-    runs = [read_json(path) for path in inputs.runs]
-    manifests = {m["model"]: m for m in (read_json(path) for path in inputs.manifests)}
-    spectra = {model: read_spectrum(path)[0] for model, path in zip(params.models, inputs.spectra)}
+    runs, manifests, spectra = read_head_inputs(inputs.runs, inputs.manifests, inputs.spectra)
     heads, search = heads_tables(runs, manifests, spectra, params.rise_tolerance)
     for row in heads[heads["kind"] == "full_head"].itertuples():
         top = heads[(heads["model"] == row.model) & (heads["kind"] == "low_rank") & (heads["rank"] == row.hidden_size)]

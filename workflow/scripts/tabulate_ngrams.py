@@ -1,10 +1,12 @@
 """Rule tabulate_ngrams: W-error(d) of every corpus x tokenizer n-gram matrix (Fig. 7's table)."""
 
+import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
+
 import h5py
 import pandas as pd
 
 from lmsat.degeneration import write_csv
-from lmsat.io import setup_logging
+from lmsat.io import check_identity, promised_by_path, setup_logging
 from lmsat.ngram_werror import TABLE_COLUMNS, curve_rows
 
 
@@ -15,6 +17,7 @@ def main(snakemake):
         with h5py.File(path, "r") as f:
             attrs = {k: f.attrs[k] for k in ("corpus", "tokenizer", "order", "n_tokens", "n_contexts", "vocab_size")}
             attrs = {k: (v.item() if hasattr(v, "item") else v) for k, v in attrs.items()}
+            check_identity(path, attrs, promised_by_path(path, "corpus", "tokenizer"))
             tables.append(curve_rows(f["singular_values"][...], **attrs, kind="empirical"))
             if "truth_singular_values" in f:
                 truth = dict(attrs, n_tokens=0, n_contexts=float(f.attrs["truth_n_contexts"]))

@@ -5,6 +5,8 @@ the state is saved under params.state_dir while it runs and resumed after a kill
 removed once the result is written.
 """
 
+import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
+
 import logging
 import time
 from dataclasses import asdict
@@ -14,7 +16,7 @@ import torch
 
 from lmsat.bottleneck import stale_states, state_file, train_config
 from lmsat.heads import ShardedRepresentations, train_head
-from lmsat.io import read_json, setup_logging, write_json
+from lmsat.io import check_identity, read_json, setup_logging, write_json
 from lmsat.models import job_device
 
 log = logging.getLogger(__name__)
@@ -29,6 +31,7 @@ def main(snakemake):
     params, wildcards = snakemake.params, snakemake.wildcards
     torch.set_num_threads(snakemake.threads)
     manifest = read_json(snakemake.input.manifest)
+    check_identity(snakemake.input.manifest, manifest, dict(model=wildcards.model))  # not another model's cache
     d, vocab_size, rank = manifest["hidden_size"], manifest["vocab_size"], int(wildcards.rank)
     cfg = train_config(params.settings, params.lr, params.seed, job_device(snakemake))
     state = state_file(params.state_dir, d, vocab_size, rank, cfg)
