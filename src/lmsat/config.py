@@ -60,6 +60,12 @@ class ModelEntry:
     trust_remote_code: bool  # run the repository's own code
     key: str  # config key of this model, by name (suites.s.models[name=x]), for error messages
     num_layers: int = 0  # transformer blocks, checked when loaded (0 = unknown; sizes jobs)
+    gated: str = ""  # license to accept on the hub before downloading ("" = not gated)
+
+    @property
+    def hub_page(self) -> str:
+        """The repository's hub page (where a gated repository's license is accepted)."""
+        return f"https://huggingface.co/{self.id}"
 
     def cache_dir(self, revision: str) -> str | None:
         """Hub cache holding `revision`: the toy suite's own, or the one that rule
@@ -253,6 +259,7 @@ def _models(config: dict) -> dict[str, ModelEntry]:
                 # By name, not index: the entry reaches jobs as a param, so an index would make
                 # inserting or reordering models rerun every later model's jobs.
                 key=f"suites.{suite_name}.models[name={name}]",
+                gated=suite["gated"],
             )
     return models
 
@@ -283,6 +290,9 @@ def _check_references(config: dict, models: dict[str, ModelEntry]) -> None:
     for i, metric in enumerate(config["metrics"]):
         if metric not in METRICS:
             raise ConfigError(f"metrics[{i}]", f"unknown metric {metric!r}", f"use one of: {', '.join(METRICS)}")
+    for i, name in enumerate(config["scaling"]["models"]):
+        if name not in models:
+            raise ConfigError(f"scaling.models[{i}]", f"unknown model {name!r}", f"use one of: {', '.join(models)}")
     bottleneck = config["bottleneck"]
     for i, name in enumerate(bottleneck["models"]):
         if name not in models:

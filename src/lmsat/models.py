@@ -83,8 +83,13 @@ def load_tokenizer(spec: dict, name: str, policy=None):
     (`policy`, a lmsat.fetch.RetryPolicy; default: its defaults)."""
     from transformers import AutoTokenizer
 
-    from lmsat.fetch import RetryPolicy, with_backoff
+    from lmsat.fetch import FetchError, RetryPolicy, gated_fix, require_token, with_backoff
 
+    if spec["source"] == "hub" and spec.get("gated"):
+        try:
+            require_token(f"tokenizer {name} ({spec['id']})", spec["gated"], spec["id"])
+        except FetchError as error:
+            raise ModelLoadError(str(error)) from None
     if spec["source"] == "toy":
         target, kwargs = TOY_TOKENIZER_DIR, dict(local_files_only=True)
     elif spec["source"] == "local":
@@ -96,4 +101,5 @@ def load_tokenizer(spec: dict, name: str, policy=None):
             lambda: AutoTokenizer.from_pretrained(target, **kwargs), policy or RetryPolicy(), what=f"tokenizer {name} ({target})"
         )
     except (OSError, ValueError) as error:
-        raise ModelLoadError(f"cannot load tokenizer {name} ({target}): {error}") from error
+        fix = f". Fix: {gated_fix(spec['gated'], spec['id'])}" if spec.get("gated") else ""
+        raise ModelLoadError(f"cannot load tokenizer {name} ({target}): {error}{fix}") from error
