@@ -310,7 +310,8 @@ def test_gemma_scales_its_embedding_and_ties_the_unscaled_one():
 
 
 def _bruteforce_products(model, layer):
-    """{kind: (n_heads, d, d) float64} of W_Q^T W_K and W_O W_V per query head, from the raw
+    """{kind: (A, B)}, stacks (n_heads, d, d_head) in float64 with A B^T = W_Q^T W_K ("qk",
+    A = q^T, B = k^T) or W_O W_V ("vo", A = o, B = v^T) per query head, read from the raw
     module weights (not the adapter); grouped-query heads read kv head h // (H / KV)."""
     config = model.config
     block = decoder_layers(model)[layer]
@@ -333,9 +334,8 @@ def _bruteforce_products(model, layer):
         kv_of = [h // (H // KV) for h in range(H)]
         k, v = k_kv[kv_of], v_kv[kv_of]
         o = out_proj.weight.double().view(D, H, -1).permute(1, 0, 2)
-    qk = torch.stack([q[h].T @ k[h] for h in range(H)])  # (H, d, d)
-    vo = torch.stack([o[h] @ v[h] for h in range(H)])
-    return {"qk": qk.detach().numpy(), "vo": vo.detach().numpy()}
+    factors = {"qk": (q.transpose(1, 2), k.transpose(1, 2)), "vo": (o, v.transpose(1, 2))}  # A, B: (H, d, d_head)
+    return {kind: (a.detach().numpy(), b.detach().numpy()) for kind, (a, b) in factors.items()}
 
 
 def family_of(model):
@@ -353,13 +353,19 @@ def test_attention_factors_match_the_full_products_singular_values(family):
     assert len(records) == N_LAYERS * 2 * H
     d_head = attention_heads(model, 0).d_head
     for layer in range(N_LAYERS):
-        products = _bruteforce_products(model, layer)
+        factors = _bruteforce_products(model, layer)
         for record in (r for r in records if r.layer == layer):
-            full = np.linalg.svd(products[record.kind][record.head], compute_uv=False)  # (d,), float64
+            a, b = (f[record.head] for f in factors[record.kind])  # (d, d_head) each
+            full = np.linalg.svd(a @ b.T, compute_uv=False)  # (d,): the d x d product's, float64
             rank = min(D, d_head)
             np.testing.assert_allclose(record.metrics.singular_values, full[:rank], rtol=1e-7, atol=1e-9)
             assert full[rank:].max(initial=0.0) < 1e-9 * full[0]  # the product has rank <= d_head
-            assert np.isclose(record.metrics.nuclear_norm, full.sum(), rtol=1e-7)
+            m = record.metrics
+            assert np.isclose(m.nuclear_norm, full.sum(), rtol=1e-7)
+            frob_a, frob_b = (a**2).sum(), (b**2).sum()
+            assert np.isclose(m.nuclear_ratio, full.sum() / ((frob_a + frob_b) / 2), rtol=1e-7)
+            assert np.isclose(m.balance_gap, np.linalg.norm(a.T @ a - b.T @ b) / frob_a, rtol=1e-7)
+            assert np.isclose(m.stable_rank, (full**2).sum() / full[0] ** 2, rtol=1e-7)
 
 
 @pytest.mark.xfail(
