@@ -105,16 +105,18 @@ def test_paper_plan_keeps_table1_and_fig1b_to_pythia(paper_plan):
 
 def test_paper_config_states_the_model_cards():
     models = plan("paper").models
-    cards = {  # name: (d, layers, head rows), NOTES.md "Other model families"
-        "gpt2": (768, 12, 50257), "gpt2-medium": (1024, 24, 50257), "gpt2-large": (1280, 36, 50257),
-        "gpt2-xl": (1600, 48, 50257), "opt-125m": (768, 12, 50272), "opt-350m": (1024, 24, 50272),
-        "opt-1.3b": (2048, 24, 50272), "opt-2.7b": (2560, 32, 50272), "opt-6.7b": (4096, 32, 50272),
-        "opt-13b": (5120, 40, 50272), "gemma-2b": (2048, 18, 256000), "gemma-7b": (3072, 28, 256000),
-        "Llama-2-7b-hf": (4096, 32, 32000),
+    cards = {  # name: (d, layers, head rows, tied head), NOTES.md "Other model families"
+        "gpt2": (768, 12, 50257, True), "gpt2-medium": (1024, 24, 50257, True),
+        "gpt2-large": (1280, 36, 50257, True), "gpt2-xl": (1600, 48, 50257, True),
+        "opt-125m": (768, 12, 50272, True), "opt-350m": (1024, 24, 50272, True),
+        "opt-1.3b": (2048, 24, 50272, True), "opt-2.7b": (2560, 32, 50272, True),
+        "opt-6.7b": (4096, 32, 50272, True), "opt-13b": (5120, 40, 50272, True),
+        "gemma-2b": (2048, 18, 256000, True), "gemma-7b": (3072, 28, 256000, True),
+        "Llama-2-7b-hf": (4096, 32, 32000, False), "pythia-160m": (768, 12, 50304, False),
     }
-    for name, (d, layers, rows) in cards.items():
+    for name, (d, layers, rows, tied) in cards.items():
         m = models[name]
-        assert (m.hidden_size, m.num_layers, m.vocab_size) == (d, layers, rows), name
+        assert (m.hidden_size, m.num_layers, m.vocab_size, m.tied_head) == (d, layers, rows, tied), name
     assert models["gemma-7b"].id == "google/gemma-7b" and models["Llama-2-7b-hf"].id == "meta-llama/Llama-2-7b-hf"
     assert models["gpt2-xl"].id == "openai-community/gpt2-xl" and models["opt-350m"].id == "facebook/opt-350m"
     gated = {name for name, m in models.items() if m.gated}

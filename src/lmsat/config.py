@@ -61,6 +61,7 @@ class ModelEntry:
     key: str  # config key of this model, by name (suites.s.models[name=x]), for error messages
     num_layers: int = 0  # transformer blocks, checked when loaded (0 = unknown; sizes jobs)
     gated: str = ""  # license to accept on the hub before downloading ("" = not gated)
+    tied_head: bool | None = None  # head is the input embedding (None = not stated)
 
     @property
     def hub_page(self) -> str:
@@ -260,6 +261,7 @@ def _models(config: dict) -> dict[str, ModelEntry]:
                 # inserting or reordering models rerun every later model's jobs.
                 key=f"suites.{suite_name}.models[name={name}]",
                 gated=suite["gated"],
+                tied_head=model["tied_head"],
             )
     return models
 

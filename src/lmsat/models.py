@@ -74,6 +74,19 @@ def load_causal_lm(model: ModelEntry, revision: str, *, dtype: str = "float32", 
                 f"model {model.name} at {revision} has {field} {actual}, "
                 f"but config key '{model.key}.{field}' says {stated}; fix the config"
             )
+    head, embedding = lm.get_output_embeddings(), lm.get_input_embeddings()
+    if model.vocab_size and head is not None and head.weight.shape[0] != model.vocab_size:
+        raise ModelLoadError(
+            f"model {model.name} at {revision} has an LM head of {head.weight.shape[0]} rows, "
+            f"but config key '{model.key}.vocab_size' says {model.vocab_size}; fix the config"
+        )
+    if model.tied_head is not None and head is not None:
+        tied = head.weight.data_ptr() == embedding.weight.data_ptr()
+        if tied != model.tied_head:
+            raise ModelLoadError(
+                f"model {model.name} at {revision} has {'a tied' if tied else 'an untied'} LM head, "
+                f"but config key '{model.key}.tied_head' says {model.tied_head}; fix the config"
+            )
     return lm.to(device).eval()
 
 
