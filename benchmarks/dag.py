@@ -11,6 +11,7 @@ profiles/slurm. Target: the paper plan in under 30 s, growing no worse than line
     python benchmarks/dag.py              # 3 repeats of each plan (several minutes)
     python benchmarks/dag.py --quick      # 10 revisions per model, 1 repeat (< 1 minute)
     python benchmarks/dag.py --repeats 5
+    python benchmarks/dag.py --config paper   # config/paper.yaml (Pythia + GPT-2, OPT, Gemma, Llama-2)
 """
 
 from __future__ import annotations
@@ -34,14 +35,15 @@ ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 
 
-def paper_config(copies: int, subsample: int) -> dict:
-    """config/pythia.yaml with every metric and `copies` renamed copies of each model."""
-    config = yaml.safe_load((ROOT / "config" / "pythia.yaml").read_text())
+def paper_config(copies: int, subsample: int, name: str = "pythia") -> dict:
+    """config/{name}.yaml with every metric and `copies` renamed copies of each model."""
+    config = yaml.safe_load((ROOT / "config" / f"{name}.yaml").read_text())
     config["metrics"] = sorted(METRICS)
     for suite in config["suites"].values():
         originals = suite["models"]
         suite["models"] = [
-            {**copy.deepcopy(m), "name": m["name"] + (f"-copy{i}" if i else ""), "id": f"EleutherAI/{m['name']}"}
+            {**copy.deepcopy(m), "name": m["name"] + (f"-copy{i}" if i else ""),
+             "id": m.get("id") or f"{suite.get('hub_org') or 'EleutherAI'}/{m['name']}"}
             for i in range(copies)
             for m in originals
         ]
@@ -76,6 +78,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="10 revisions per model, 1 repeat")
     parser.add_argument("--repeats", type=int, default=None, help="dry runs per plan (default 3, quick 1)")
+    parser.add_argument("--config", default="pythia", help="config/<name>.yaml to plan (default pythia)")
     args = parser.parse_args()
     repeats = args.repeats or (1 if args.quick else 3)
     subsample = 10 if args.quick else 0
@@ -85,7 +88,7 @@ def main():
         plans = {}
         for label, copies in (("paper", 1), ("2x", 2)):
             path = scratch / f"{label}.yaml"
-            path.write_text(yaml.safe_dump(paper_config(copies, subsample), sort_keys=False))
+            path.write_text(yaml.safe_dump(paper_config(copies, subsample, args.config), sort_keys=False))
             plans[label] = path
 
         rows, counts = [], {}
@@ -97,9 +100,9 @@ def main():
                 counts[label, profile] = job_counts(runs[0][2])
                 rows.append((label, profile or "-", counts[label, profile]["total"], wall, cpu))
 
-    models = len(paper_config(1, 0)["suites"]["pythia"]["models"])
+    models = sum(len(suite["models"]) for suite in paper_config(1, 0, args.config)["suites"].values())
     print(f"dry-run planning cost ({'quick: 10 revisions/model, ' if args.quick else ''}{repeats} repeat(s), median)")
-    print(f"  paper plan: {models} models x {'~10' if args.quick else 154} revisions x metrics {sorted(METRICS)}")
+    print(f"  plan: config/{args.config}.yaml, {models} models, {'~10 revisions each' if args.quick else 'all revisions'}, metrics {sorted(METRICS)}")
     print(f"{'plan':>6} {'profile':>8} {'jobs':>7} {'wall s':>8} {'cpu s':>7} {'ms/job':>7}")
     for label, profile, jobs, wall, cpu in rows:
         print(f"{label:>6} {profile:>8} {jobs:>7} {wall:8.1f} {cpu:7.1f} {1000 * cpu / jobs:7.2f}")
@@ -109,7 +112,7 @@ def main():
             f"2x/1x ({profile:>5}): jobs {two[2] / one[2]:.2f}, wall {two[3] / one[3]:.2f}, cpu {two[4] / one[4]:.2f}"
             "  (2.00 = linear)"
         )
-    print("\njobs per rule of the paper plan (config/pythia.yaml, every metric), -n --profile profiles/slurm:")
+    print(f"\njobs per rule of the plan (config/{args.config}.yaml, every metric), -n --profile profiles/slurm:")
     for rule, n in counts["paper", "slurm"].items():
         print(f"  {rule:<32} {n:>6}")
 

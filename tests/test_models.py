@@ -43,6 +43,24 @@ def test_num_layers_is_checked_when_given(tiny_neox, tmp_path):
         load_causal_lm(entry(tmp_path, num_layers=9), "step1")
 
 
+def test_head_rows_and_tying_are_checked_when_given(tiny_neox, tmp_path):
+    """The model card's head rows and tied/untied head, as the config states them, are
+    checked against the loaded model (tiny_neox: 40 rows, untied like Pythia's embed_out)."""
+    tiny_neox.save_pretrained(tmp_path / "step1")
+    load_causal_lm(entry(tmp_path, vocab_size=40, tied_head=False), "step1")
+    with pytest.raises(ModelLoadError, match=r"40 rows.*suites.s.models\[0\].vocab_size' says 50304"):
+        load_causal_lm(entry(tmp_path, vocab_size=50304), "step1")
+    with pytest.raises(ModelLoadError, match=r"an untied LM head.*tied_head' says True"):
+        load_causal_lm(entry(tmp_path, tied_head=True), "step1")
+    from transformers import GPTNeoXForCausalLM
+
+    tied = GPTNeoXForCausalLM(dataclasses.replace(tiny_neox.config, tie_word_embeddings=True))
+    tied.save_pretrained(tmp_path / "tied" / "step1")
+    load_causal_lm(entry(tmp_path / "tied", tied_head=True), "step1")
+    with pytest.raises(ModelLoadError, match=r"a tied LM head.*tied_head' says False"):
+        load_causal_lm(entry(tmp_path / "tied", tied_head=False), "step1")
+
+
 def test_revision_outside_the_suite(tiny_neox, tmp_path):
     with pytest.raises(ModelLoadError, match="step7.*not in the suite of model tiny"):
         load_causal_lm(entry(tmp_path), "step7")

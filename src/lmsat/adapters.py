@@ -187,6 +187,20 @@ _LLAMA_STYLE = FamilyAdapter(
     note="Gemma's RMSNorm scales by (1 + weight): apply the returned module, not its weight.",
 )
 
+_OLMO2 = FamilyAdapter(
+    layers=lambda base: base.layers,
+    final_norm=lambda base: base.norm,
+    heads=lambda config, block: _separate_projection_heads(
+        block.self_attn, block.self_attn.o_proj, config
+    ),
+    note=(
+        "OLMo 2 applies RMSNorm to the whole q_proj / k_proj outputs (QK-norm) before the "
+        "heads are split: q[h], k[h] are the projection weights, and the score of head h is "
+        "(q_norm(Q x)_h)^T (k_norm(K x)_h), not x^T q[h]^T k[h] x; its qk products are of the "
+        "weights (what weight decay acts on), not of the score's bilinear form."
+    ),
+)
+
 # model.config.model_type -> adapter. Llama-style = separate q/k/v/o_proj under
 # model.model.layers[i].self_attn, final norm model.model.norm, no q/k norm.
 ADAPTERS: dict[str, FamilyAdapter] = {
@@ -198,6 +212,7 @@ ADAPTERS: dict[str, FamilyAdapter] = {
     "mistral": _LLAMA_STYLE,
     "qwen2": _LLAMA_STYLE,
     "olmo": _LLAMA_STYLE,
+    "olmo2": _OLMO2,
 }
 SUPPORTED_FAMILIES = tuple(sorted(ADAPTERS))
 

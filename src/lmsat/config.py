@@ -64,6 +64,13 @@ class ModelEntry:
     key: str  # config key of this model, by name (suites.s.models[name=x]), for error messages
     num_layers: int = 0  # transformer blocks, checked when loaded (0 = unknown; sizes jobs)
     results: str = "results"  # the run's output directory (results/<run>)
+    gated: str = ""  # license to accept on the hub before downloading ("" = not gated)
+    tied_head: bool | None = None  # head is the input embedding (None = not stated)
+
+    @property
+    def hub_page(self) -> str:
+        """The repository's hub page (where a gated repository's license is accepted)."""
+        return f"https://huggingface.co/{self.id}"
 
     def cache_dir(self, revision: str) -> str | None:
         """Hub cache holding `revision`: the toy suite's own, or the one that rule
@@ -418,6 +425,8 @@ def _models(config: dict, results: str) -> dict[str, ModelEntry]:
                 # inserting or reordering models rerun every later model's jobs.
                 key=f"suites.{suite_name}.models[name={name}]",
                 results=results,
+                gated=suite["gated"],
+                tied_head=model["tied_head"],
             )
     return models
 
@@ -452,6 +461,9 @@ def _check_references(config: dict, models: dict[str, ModelEntry]) -> None:
         check_path_name(f"metrics[{i}]", metric, "metric name")
         if metric not in METRICS:
             raise ConfigError(f"metrics[{i}]", f"unknown metric {metric!r}", f"use one of: {', '.join(METRICS)}")
+    for i, name in enumerate(config["scaling"]["models"]):
+        if name not in models:
+            raise ConfigError(f"scaling.models[{i}]", f"unknown model {name!r}", f"use one of: {', '.join(models)}")
     bottleneck = config["bottleneck"]
     for i, name in enumerate(bottleneck["models"]):
         if name not in models:

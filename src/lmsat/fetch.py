@@ -12,7 +12,8 @@ so all hub traffic for weights happens here, where it is retried:
   with exponential backoff (`with_backoff`);
 - permanent ones (unknown repository or revision, gated or disabled repository, offline
   mode without the files, no safetensors weights) fail at once, with a message naming the
-  model, the revision and the fix.
+  model, the revision and the fix; a gated repository (the suite's `gated`: Gemma,
+  Llama-2) fails before any download when no token is set, naming the license to accept.
 
 Before it downloads, a fetch waits until the files (as the hub sizes them) fit on the disk
 with `min_free_mb` left free (`wait_for_space`): other jobs delete the checkpoints they are
@@ -160,14 +161,32 @@ def check_weights(snapshot: Path, model: ModelEntry, revision: str) -> None:
         )
 
 
+def gated_fix(license: str, repo_id: str) -> str:
+    """How to get access to a gated repository: which license to accept, where, and the token."""
+    terms = license or "the repository's terms"
+    return (
+        f"log in to the hub with your account, accept {terms} at https://huggingface.co/{repo_id}, "
+        "then export HF_TOKEN=<a read token of that account> and rerun"
+    )
+
+
+def require_token(what: str, license: str, repo_id: str) -> None:
+    """Fail at once, naming the license, when a gated repository is to be fetched without a
+    hub token (HF_TOKEN, or one saved by `hf auth login`): the hub would refuse it anyway."""
+    from huggingface_hub import get_token
+
+    if license and not get_token():
+        raise FetchError(f"cannot fetch {what}: the repository is gated and HF_TOKEN is not set. Fix: {gated_fix(license, repo_id)}")
+
+
 def _fix(error: BaseException, model: ModelEntry, revision: str, cache_dir, policy: RetryPolicy) -> str:
     from huggingface_hub import errors as hub
 
     for cause in _causes(error):
         if isinstance(cause, hub.OfflineModeIsEnabled) or "HF_HUB_OFFLINE" in str(cause):
             return f"unset HF_HUB_OFFLINE and rerun, or put the checkpoint's hub cache in {cache_dir} beforehand"
-        if isinstance(cause, hub.GatedRepoError):
-            return "accept the repository's terms on the hub and export HF_TOKEN, then rerun"
+        if isinstance(cause, hub.GatedRepoError) or (model.gated and isinstance(cause, hub.RepositoryNotFoundError)):
+            return gated_fix(model.gated, model.id)
         if isinstance(cause, hub.RepositoryNotFoundError):
             return f"check the hub id ({model.key}.id), or export HF_TOKEN for a private repository"
         if isinstance(cause, hub.RevisionNotFoundError):
@@ -235,6 +254,7 @@ def fetch_checkpoint(model: ModelEntry, revision: str, cache_dir, *, policy: Ret
     from huggingface_hub import snapshot_download
 
     what = f"model {model.name} ({model.id}) at revision {revision}"
+    require_token(what, model.gated, model.id)
     patterns = allow_patterns(model)
     if min_free_mb > 0:
         need = download_mb(model, revision, patterns)

@@ -21,13 +21,16 @@ def save_figure(fig, paths) -> None:
     plt.close(fig)
 
 
-def plot_loss_curves(table, paths, entropy_rate: float | None = None) -> None:
+def plot_loss_curves(table, paths, entropy_rate: float | None = None) -> "plt.Figure":
     """Fig. 1a: loss vs training tokens, one panel per model (smallest on top).
 
     Points get darker as the loss approaches the model's minimum; the best checkpoint is a
-    star. Step 0 (0 tokens) has no place on the log axis and is left out.
+    star. Step 0 (0 tokens) has no place on the log axis and is left out, and with it the
+    models released without intermediate checkpoints (GPT-2, OPT, ... at `main`, step 0).
     """
-    models = list(dict.fromkeys(table["model"]))
+    models = list(dict.fromkeys(table.loc[table["tokens"] > 0, "model"]))
+    if not models:
+        raise ValueError("loss table: no checkpoint past step 0, so no model has a loss curve for Fig. 1a")
     fig, axes = plt.subplots(len(models), 1, figsize=(6, 1.9 * len(models) + 0.6), sharex=True, squeeze=False)
     cmap = plt.get_cmap("Blues")
     for ax, model in zip(axes[:, 0], models):
@@ -50,3 +53,4 @@ def plot_loss_curves(table, paths, entropy_rate: float | None = None) -> None:
     axes[0, 0].legend(fontsize=7, loc="upper right")
     axes[-1, 0].set_xlabel("training tokens")
     save_figure(fig, paths)
+    return fig  # closed; its axes stay inspectable

@@ -91,31 +91,35 @@ def plot_werror_loss(heads: pd.DataFrame, paths) -> None:
     save_figure(fig, paths)
 
 
-def plot_ngram_werror(table: pd.DataFrame, paths) -> None:
-    """Fig. 7: W-error(d) of the n-gram matrix of each corpus x tokenizer (truth dashed)."""
-    pairs = list(dict.fromkeys(zip(table["corpus"], table["tokenizer"])))
-    colors = _colors(pairs)
-    fig, ax = plt.subplots(figsize=(5.5, 3.8))
-    for pair in pairs:
-        rows = table[(table["corpus"] == pair[0]) & (table["tokenizer"] == pair[1]) & (table["d"] > 0)]
-        for kind, style in (("empirical", "-"), ("truth", "--")):
-            curve = rows[rows["kind"] == kind]
-            if curve.empty:
-                continue
-            first = curve.iloc[0]
-            label = f"{pair[0]} / {pair[1]} ({int(first['n_tokens']):,} tokens, {int(first['n_contexts']):,} contexts)"
-            if kind == "truth":
-                label = f"{pair[0]}: true {int(first['order'])}-gram matrix"
-            ax.plot(curve["d"], curve["werror"], style, color=colors[pair], lw=1.3, label=label)
-    ax.axhline(0.5, color="0.6", lw=0.8, ls=":")
-    ax.set_xscale("log")
-    ax.set_ylim(0, 1.02)
-    ax.set_xlabel("rank d")
-    ax.set_ylabel("W-error(d)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=6)
+def plot_ngram_werror(table: pd.DataFrame, paths) -> "plt.Figure":
+    """Fig. 7: W-error(d) of the n-gram matrix of each corpus, one panel per tokenizer (the
+    paper - (a) Llama-2, (b) Pythia), one line per corpus (truth dashed)."""
+    tokenizers = list(dict.fromkeys(table["tokenizer"]))
+    colors = _colors(list(dict.fromkeys(table["corpus"])))
+    fig, axes = plt.subplots(1, len(tokenizers), figsize=(5.5 * len(tokenizers), 3.8), squeeze=False, sharey=True)
+    for ax, tokenizer in zip(axes[0], tokenizers):
+        for corpus in dict.fromkeys(table.loc[table["tokenizer"] == tokenizer, "corpus"]):
+            rows = table[(table["corpus"] == corpus) & (table["tokenizer"] == tokenizer) & (table["d"] > 0)]
+            for kind, style in (("empirical", "-"), ("truth", "--")):
+                curve = rows[rows["kind"] == kind]
+                if curve.empty:
+                    continue
+                first = curve.iloc[0]
+                label = f"{corpus} ({int(first['n_tokens']):,} tokens, {int(first['n_contexts']):,} contexts)"
+                if kind == "truth":
+                    label = f"{corpus}: true {int(first['order'])}-gram matrix"
+                ax.plot(curve["d"], curve["werror"], style, color=colors[corpus], lw=1.3, label=label)
+        ax.axhline(0.5, color="0.6", lw=0.8, ls=":")
+        ax.set_xscale("log")
+        ax.set_ylim(0, 1.02)
+        ax.set_xlabel("rank d")
+        ax.set_title(f"{tokenizer} tokenizer", fontsize=9, loc="left")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6)
+    axes[0, 0].set_ylabel("W-error(d)")
     fig.tight_layout()
     save_figure(fig, paths)
+    return fig  # closed; its axes stay inspectable
 
 
 def plot_ground_truth(curves: pd.DataFrame, heads: pd.DataFrame | None, entropy_rate: float | None, paths) -> None:

@@ -54,7 +54,7 @@ def _grid(n: int, ncols: int, width: float, height: float, **kwargs):
     return fig, axes.ravel()[:n]
 
 
-def plot_anisotropy_depth(layers: pd.DataFrame, paths, suites: list[str] | None = None) -> None:
+def plot_anisotropy_depth(layers: pd.DataFrame, paths, suites: list[str] | None = None) -> "plt.Figure":
     """Fig. 2: anisotropy vs relative layer depth at each model's final checkpoint.
 
     One panel per suite (`suites`, default every suite of the table), one line per model;
@@ -80,6 +80,7 @@ def plot_anisotropy_depth(layers: pd.DataFrame, paths, suites: list[str] | None 
         ax.legend(fontsize=6, loc="best")
     axes[0].set_ylabel("anisotropy (mean cosine)")
     save_figure(fig, paths)
+    return fig  # closed; its axes stay inspectable
 
 
 def plot_anisotropy_training(training: pd.DataFrame, paths) -> None:
@@ -106,8 +107,15 @@ def plot_anisotropy_training(training: pd.DataFrame, paths) -> None:
     save_figure(fig, paths)
 
 
-def plot_head_spectra(spectra: pd.DataFrame, paths) -> None:
-    """Fig. 4: LM-head singular values / the largest, one curve per checkpoint (colour = step)."""
+def plot_head_spectra(spectra: pd.DataFrame, paths) -> "plt.Figure":
+    """Fig. 4: LM-head singular values / the largest, one curve per checkpoint (colour = step).
+
+    A panel per model with checkpoints along training; models released without intermediate
+    checkpoints (one revision at step 0, e.g. GPT-2 at `main`) are left out, unless no model
+    has any (then each draws its one spectrum).
+    """
+    along = spectra.groupby("model", sort=False)["step"].transform("max") > 0
+    spectra = spectra[along] if along.any() else spectra
     models = _models(spectra)
     norm = SymLogNorm(linthresh=1, vmin=0, vmax=max(1, spectra["step"].max()), base=10)
     cmap = plt.get_cmap("viridis")
@@ -129,6 +137,7 @@ def plot_head_spectra(spectra: pd.DataFrame, paths) -> None:
     if spectra["identical_weights"].any():
         _note(fig, IDENTICAL_NOTE)
     save_figure(fig, paths)
+    return fig  # closed; its axes stay inspectable
 
 
 def plot_singular_entropy(entropy: pd.DataFrame, paths, power: int = 1) -> None:

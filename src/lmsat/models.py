@@ -80,6 +80,19 @@ def load_causal_lm(model: ModelEntry, revision: str, *, dtype: str = "float32", 
                 f"model {model.name} at {revision} has {field} {actual}, "
                 f"but config key '{model.key}.{field}' says {stated}; fix the config"
             )
+    head, embedding = lm.get_output_embeddings(), lm.get_input_embeddings()
+    if model.vocab_size and head is not None and head.weight.shape[0] != model.vocab_size:
+        raise ModelLoadError(
+            f"model {model.name} at {revision} has an LM head of {head.weight.shape[0]} rows, "
+            f"but config key '{model.key}.vocab_size' says {model.vocab_size}; fix the config"
+        )
+    if model.tied_head is not None and head is not None:
+        tied = head.weight.data_ptr() == embedding.weight.data_ptr()
+        if tied != model.tied_head:
+            raise ModelLoadError(
+                f"model {model.name} at {revision} has {'a tied' if tied else 'an untied'} LM head, "
+                f"but config key '{model.key}.tied_head' says {model.tied_head}; fix the config"
+            )
     return lm.to(device).eval()
 
 
@@ -95,8 +108,13 @@ def load_tokenizer(spec: dict, name: str, policy=None):
     (`policy`, a lmsat.fetch.RetryPolicy; default: its defaults)."""
     from transformers import AutoTokenizer
 
-    from lmsat.fetch import RetryPolicy, with_backoff
+    from lmsat.fetch import FetchError, RetryPolicy, gated_fix, require_token, with_backoff
 
+    if spec["source"] == "hub" and spec.get("gated"):
+        try:
+            require_token(f"tokenizer {name} ({spec['id']})", spec["gated"], spec["id"])
+        except FetchError as error:
+            raise ModelLoadError(str(error)) from None
     if spec["source"] in ("toy", "local"):  # a toy tokenizer's id is its run's directory (load_plan)
         target, kwargs = spec["id"], dict(local_files_only=True)
     else:
@@ -106,4 +124,5 @@ def load_tokenizer(spec: dict, name: str, policy=None):
             lambda: AutoTokenizer.from_pretrained(target, **kwargs), policy or RetryPolicy(), what=f"tokenizer {name} ({target})"
         )
     except (OSError, ValueError) as error:
-        raise ModelLoadError(f"cannot load tokenizer {name} ({target}): {error}") from error
+        fix = f". Fix: {gated_fix(spec['gated'], spec['id'])}" if spec.get("gated") else ""
+        raise ModelLoadError(f"cannot load tokenizer {name} ({target}): {error}{fix}") from error

@@ -156,10 +156,14 @@ def scaling_outputs():
     ]
 
 
+SCALED_MODELS = SCALING["models"] or list(MODELS)
+
+
 def parameter_counts():
-    """Counts of the models whose n_params the config leaves at 0 (read from their config)."""
+    """Counts of the Fig. 1b models whose n_params the config leaves at 0 (read from their
+    config)."""
     return [
         f"results/{RUN}/params/{name}.json"
-        for name, model in MODELS.items()
-        if model.n_params == 0
+        for name in SCALED_MODELS
+        if MODELS[name].n_params == 0
     ]

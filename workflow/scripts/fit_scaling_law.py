@@ -47,6 +47,13 @@ def model_sizes(configured: dict[str, int], counts: list[dict], kind: str) -> di
     return sizes
 
 
+def scaled_models(configured: dict[str, int], selection: pd.DataFrame, models: list[str]):
+    """(n_params of, best_final rows of) the models of Fig. 1b: `models`, or all when empty."""
+    if not models:
+        return configured, selection
+    return {m: configured[m] for m in models}, selection[selection["model"].isin(models)].reset_index(drop=True)
+
+
 def scaling_tables(selection: pd.DataFrame, sizes: dict[str, float], settings: dict, seed: int = 0):
     """(fit row, shortfall table) from best_final rows, model sizes and config['scaling']."""
     points = selection.assign(n_params=selection["model"].map(sizes))
@@ -113,8 +120,9 @@ def main(snakemake):
     setup_logging(snakemake.log[0])
     params = snakemake.params
     settings = params.scaling
-    sizes = model_sizes(params.n_params, [read_record(path, "model") for path in snakemake.input.counts], settings["params"])
-    fit_row, table = scaling_tables(pd.read_csv(snakemake.input.selection), sizes, settings, seed=params.seed)
+    configured, selection = scaled_models(params.n_params, pd.read_csv(snakemake.input.selection), settings["models"])
+    sizes = model_sizes(configured, [read_record(path, "model") for path in snakemake.input.counts], settings["params"])
+    fit_row, table = scaling_tables(selection, sizes, settings, seed=params.seed)
     log.info("law:\n%s\nshortfall:\n%s", fit_row.T.to_string(), table.to_string())
     for frame, path in ((fit_row, snakemake.output.fit), (table, snakemake.output.shortfall)):
         with atomic_path(path) as tmp:

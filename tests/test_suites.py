@@ -1,0 +1,315 @@
+"""The ready-made suite configs (config/paper.yaml and the post-paper suites), planned offline,
+and what they rely on: gated repositories, the scaling-law model list, one figure panel per
+suite / tokenizer.
+
+Each config is dry-run once (`snakemake -n`, HF_HUB_OFFLINE=1: planning never reaches a hub);
+the tests read the planned jobs and their wildcards from its output.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import subprocess
+import sys
+from collections import defaultdict
+
+import pandas as pd
+import pytest
+
+from conftest import ROOT, SCHEMA, script
+from lmsat.config import load_plan, load_yaml
+
+PYTHIA = ["14m", "31m", "70m", "160m", "410m", "1b", "1.4b", "2.8b", "6.9b", "12b"]
+
+
+def dry_run(configfile: str):
+    """(rule -> list of wildcard dicts, output) of `snakemake -n --configfile configfile`."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    result = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-n", "--configfile", configfile],
+        cwd=ROOT, capture_output=True, text=True, timeout=600, env=env,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-3000:]
+    jobs = defaultdict(list)
+    rule = None
+    for line in output.splitlines():
+        if match := re.match(r"^(?:local)?rule (\w+):$", line.strip()):
+            rule = match.group(1)
+            jobs[rule].append({})
+        elif rule and (match := re.match(r"^wildcards: (.*)$", line.strip())):
+            jobs[rule][-1] = dict(part.split("=", 1) for part in match.group(1).split(", "))
+    return jobs, output
+
+
+def checkpoints(jobs, rule="analyse_checkpoint"):
+    """model -> revisions planned for `rule`."""
+    planned = defaultdict(set)
+    for wildcards in jobs[rule]:
+        planned[wildcards["model"]].add(wildcards["revision"])
+    return planned
+
+
+def plan(name):
+    return load_plan(load_yaml(ROOT / "config" / f"{name}.yaml"), SCHEMA)
+
+
+# ------------------------------------------------------------------ config/paper.yaml
+
+
+@pytest.fixture(scope="module")
+def paper_plan():
+    return dry_run("config/paper.yaml")
+
+
+def test_paper_plan_has_every_model_of_the_paper_at_its_revisions(paper_plan):
+    jobs, _ = paper_plan
+    planned = checkpoints(jobs)
+    pythia = {f"pythia-{size}" for size in PYTHIA}
+    released = {"gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "opt-125m", "opt-350m", "opt-1.3b", "opt-2.7b",
+                "opt-6.7b", "opt-13b", "gemma-2b", "gemma-7b", "Llama-2-7b-hf"}
+    assert set(planned) == pythia | released
+    for model in pythia:
+        assert len(planned[model]) == 154 and {"step0", "step512", "step143000"} <= planned[model], model
+    for model in released:
+        assert planned[model] == {"main"}, model
+    assert checkpoints(jobs, "fetch_checkpoint") == planned  # every checkpoint is fetched from the hub
+    assert len(jobs["analyse_checkpoint"]) == 10 * 154 + 13
+
+
+def test_paper_plan_draws_figs_6_and_7_as_the_paper(paper_plan):
+    jobs, _ = paper_plan
+    # Fig. 7: 5-grams of three corpora with the Llama-2 and the Pythia tokenizers
+    counted = {(w["corpus"], w["tokenizer"]) for w in jobs["count_corpus_ngrams"]}
+    assert counted == {(c, t) for c in ("pile", "wikitext", "imdb") for t in ("llama2", "pythia")}
+    # Fig. 6: rank-constrained heads on Pythia-410m, 1B and Llama-2-7B, ranks <= 1024 and each own d
+    assert {w["model"] for w in jobs["build_head_cache"]} == {"pythia-410m", "pythia-1b", "Llama-2-7b-hf"}
+    ranks = defaultdict(set)
+    for w in jobs["train_rank_head"]:
+        ranks[w["model"]].add(int(w["rank"]))
+    low = {16, 32, 64, 128, 256, 512, 1024}
+    assert ranks == {"pythia-410m": low, "pythia-1b": low | {2048}, "Llama-2-7b-hf": low | {4096}}
+    # one eval token sample per tokenizer of the plan's models
+    assert {w["tokenizer"] for w in jobs["sample_eval_tokens"]} == {"pythia", "gpt2", "opt", "gemma", "llama2"}
+
+
+def test_paper_plan_keeps_table1_and_fig1b_to_pythia(paper_plan):
+    jobs, output = paper_plan
+    evaluated = {w["model"] for w in jobs["evaluate_checkpoint"]}
+    assert evaluated == {f"pythia-{size}" for size in PYTHIA}
+    assert {w["model"] for w in jobs["count_model_parameters"]} == {f"pythia-{size}" for size in PYTHIA}
+    assert len(jobs["plot_anisotropy"]) == len(jobs["plot_ngram_werror"]) == len(jobs["plot_bottleneck"]) == 1
+
+
+def test_paper_config_states_the_model_cards():
+    models = plan("paper").models
+    cards = {  # name: (d, layers, head rows, tied head), NOTES.md "Other model families"
+        "gpt2": (768, 12, 50257, True), "gpt2-medium": (1024, 24, 50257, True),
+        "gpt2-large": (1280, 36, 50257, True), "gpt2-xl": (1600, 48, 50257, True),
+        "opt-125m": (768, 12, 50272, True), "opt-350m": (1024, 24, 50272, True),
+        "opt-1.3b": (2048, 24, 50272, True), "opt-2.7b": (2560, 32, 50272, True),
+        "opt-6.7b": (4096, 32, 50272, True), "opt-13b": (5120, 40, 50272, True),
+        "gemma-2b": (2048, 18, 256000, True), "gemma-7b": (3072, 28, 256000, True),
+        "Llama-2-7b-hf": (4096, 32, 32000, False), "pythia-160m": (768, 12, 50304, False),
+    }
+    for name, (d, layers, rows, tied) in cards.items():
+        m = models[name]
+        assert (m.hidden_size, m.num_layers, m.vocab_size, m.tied_head) == (d, layers, rows, tied), name
+    assert models["gemma-7b"].id == "google/gemma-7b" and models["Llama-2-7b-hf"].id == "meta-llama/Llama-2-7b-hf"
+    assert models["gpt2-xl"].id == "openai-community/gpt2-xl" and models["opt-350m"].id == "facebook/opt-350m"
+    gated = {name for name, m in models.items() if m.gated}
+    assert gated == {"gemma-2b", "gemma-7b", "Llama-2-7b-hf"}
+    assert "Gemma" in models["gemma-2b"].gated and "Llama 2" in models["Llama-2-7b-hf"].gated
+    config = plan("paper").config
+    assert config["tokenizers"]["llama2"]["gated"] and config["tokenizers"]["gemma"]["gated"]
+    assert config["figures"]["anisotropy_suites"] == ["pythia", "gpt2", "gemma", "opt"]  # Fig. 2's (a)-(d)
+
+
+# ------------------------------------------------------------------ post-paper suites
+
+
+@pytest.mark.parametrize(
+    "name, models, revisions, tokens_per_step",
+    [
+        ("pythia-deduped", [f"pythia-{s}-deduped" for s in PYTHIA[2:]], 154, 2097152),
+        ("polypythia", [f"pythia-{s}-seed{k}" for s in PYTHIA[:5] for k in range(1, 10)], 21, 2097152),
+        ("olmo2", ["OLMo-2-0425-1B"], 6, 2097152),
+        ("smollm2", ["SmolLM2-135M"], 7, 1048576),
+    ],
+)
+def test_post_paper_suite_plans_offline(name, models, revisions, tokens_per_step):
+    jobs, _ = dry_run(f"config/{name}.yaml")
+    planned = checkpoints(jobs)
+    assert sorted(planned) == sorted(models)
+    expected = plan(name).models
+    for model in models:
+        entry = expected[model]
+        assert planned[model] == set(entry.revisions) and len(entry.revisions) == revisions, model
+        assert entry.tokens_per_step == tokens_per_step
+        assert entry.revisions[0] in planned[model] and entry.final_revision in planned[model]
+    assert checkpoints(jobs, "fetch_checkpoint") == planned
+    assert len(jobs["plot_anisotropy"]) == 1 and len(jobs["fit_scaling_law"]) == 1
+
+
+def test_post_paper_revision_names_and_steps():
+    olmo = plan("olmo2").models["OLMo-2-0425-1B"]
+    assert olmo.id == "allenai/OLMo-2-0425-1B"
+    for revision, step in zip(olmo.revisions, olmo.steps):  # the tokens in each name match the step
+        tokens_b = int(re.search(r"tokens(\d+)B", revision).group(1))
+        assert tokens_b == -(-step * olmo.tokens_per_step // 10**9), revision
+    assert olmo.final_revision == "stage1-step1700000-tokens3566B"
+    smol = plan("smollm2").models["SmolLM2-135M"]
+    assert smol.id == "HuggingFaceTB/SmolLM2-135M-intermediate-checkpoints"
+    assert smol.revisions[0] == "step-240000" and smol.steps == tuple(240000 * k for k in range(1, 8))
+    poly = plan("polypythia").models
+    assert poly["pythia-70m-seed3"].id == "EleutherAI/pythia-70m-seed3"
+    assert poly["pythia-70m-seed3"].revisions[0] == "step0" and poly["pythia-70m-seed3"].final_revision == "step143000"
+    assert plan("pythia-deduped").models["pythia-1b-deduped"].id == "EleutherAI/pythia-1b-deduped"
+
+
+# ------------------------------------------------------------------ gated repositories
+
+
+def gated_entry(**kwargs):
+    base = plan("paper").models["gemma-2b"]
+    return dataclasses.replace(base, **kwargs)
+
+
+@pytest.fixture
+def no_token(monkeypatch, tmp_path):
+    """No hub token anywhere (environment or a saved login), and no network."""
+    from huggingface_hub import constants
+
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "no-token"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)  # read at import; the env var is for subprocesses
+
+
+def test_gated_fetch_without_token_fails_at_once_naming_the_license(no_token, tmp_path):
+    from lmsat.fetch import FetchError, RetryPolicy, fetch_checkpoint
+
+    with pytest.raises(FetchError) as error:
+        fetch_checkpoint(gated_entry(), "main", tmp_path / "cache", policy=RetryPolicy(attempts=1), sleep=lambda s: None)
+    message = str(error.value)
+    assert "gemma-2b (google/gemma-2b)" in message and "gated" in message
+    assert "accept the Gemma Terms of Use at https://huggingface.co/google/gemma-2b" in message
+    assert "export HF_TOKEN" in message
+    assert not (tmp_path / "cache").exists()  # nothing was attempted
+
+
+def test_ungated_fetch_without_token_goes_to_the_hub(no_token, tmp_path):
+    """The token check is for gated repositories only: an open one reaches the download
+    (which fails here on the offline switch, not on a missing token)."""
+    from lmsat.fetch import FetchError, RetryPolicy, fetch_checkpoint
+
+    entry = plan("paper").models["gpt2"]
+    with pytest.raises(FetchError, match="HF_HUB_OFFLINE") as error:
+        fetch_checkpoint(entry, "main", tmp_path / "cache", policy=RetryPolicy(attempts=1), sleep=lambda s: None)
+    assert "HF_TOKEN" not in str(error.value) and "license" not in str(error.value)
+
+
+def test_a_refused_gated_repository_names_the_license(monkeypatch):
+    """With a token that has not accepted the license, the hub answers 401/403 GatedRepoError
+    (or, for some gated repositories, RepositoryNotFoundError): the fix names the license."""
+    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
+
+    from lmsat.fetch import RetryPolicy, _fix
+    from test_faults import http_error
+
+    for error in (http_error(GatedRepoError, 403), http_error(RepositoryNotFoundError, 401)):
+        fix = _fix(error, gated_entry(), "main", "cache", RetryPolicy())
+        assert "accept the Gemma Terms of Use at https://huggingface.co/google/gemma-2b" in fix, error
+    open_model = plan("paper").models["gpt2"]
+    assert "check the hub id" in _fix(http_error(RepositoryNotFoundError, 404), open_model, "main", "c", RetryPolicy())
+
+
+def test_gated_tokenizer_without_token_names_the_license(no_token):
+    from lmsat.models import ModelLoadError, load_tokenizer
+
+    spec = plan("paper").config["tokenizers"]["llama2"]
+    with pytest.raises(ModelLoadError, match=r"accept the Llama 2 Community License at https://huggingface.co/meta-llama/Llama-2-7b-hf"):
+        load_tokenizer(spec, "llama2")
+
+
+# ------------------------------------------------------------------ Fig. 1b's model list
+
+
+def test_scaling_models_restrict_the_fit_to_them():
+    fit_law = script("fit_scaling_law")
+    selection = pd.DataFrame(
+        dict(suite=["pythia", "pythia", "gpt2"], model=["a", "b", "gpt2"], kind="final", revision=["s", "s", "main"],
+             step=[1, 1, 0], tokens=[1.0, 1.0, 0.0], loss=[3.0, 2.5, 3.2])
+    )
+    configured, rows = fit_law.scaled_models({"a": 10, "b": 20, "gpt2": 0}, selection, ["a", "b"])
+    assert configured == {"a": 10, "b": 20} and list(rows["model"]) == ["a", "b"]
+    configured, rows = fit_law.scaled_models({"a": 10, "b": 20, "gpt2": 0}, selection, [])
+    assert len(rows) == 3 and "gpt2" in configured
+
+
+def test_unknown_scaling_model_names_the_key():
+    from lmsat.config import ConfigError
+
+    config = load_yaml(ROOT / "config" / "paper.yaml")
+    config["scaling"]["models"] = ["pythia-160m", "gpt3"]
+    with pytest.raises(ConfigError, match=r"scaling.models\[1\].*gpt3"):
+        load_plan(config, SCHEMA)
+
+
+# ------------------------------------------------------------------ one panel per suite / tokenizer
+
+
+def _titles(fig):
+    return [ax.get_title(loc="left") for ax in fig.axes if ax.get_visible() and ax.get_title(loc="left")]
+
+
+def test_fig7_draws_one_panel_per_tokenizer(tmp_path):
+    from lmsat.figures_bottleneck import plot_ngram_werror
+
+    rows = []
+    for tokenizer in ("llama2", "pythia"):
+        for corpus in ("imdb", "wikitext", "pile"):
+            for d, werror in ((1, 0.9), (10, 0.5), (100, 0.1)):
+                rows.append(dict(corpus=corpus, tokenizer=tokenizer, kind="empirical", d=d, werror=werror,
+                                 n_tokens=1000, n_contexts=50, order=5))
+    fig = plot_ngram_werror(pd.DataFrame(rows), [tmp_path / "fig7.png"])
+    assert _titles(fig) == ["llama2 tokenizer", "pythia tokenizer"]
+    assert [len(ax.lines) - 1 for ax in fig.axes] == [3, 3]  # a line per corpus, plus the 0.5 guide
+    assert (tmp_path / "fig7.png").stat().st_size > 5000
+
+
+def test_fig2_draws_one_panel_per_suite_and_released_only_models_stay_out_of_fig4(tmp_path):
+    from lmsat import figures_degeneration as figures
+
+    layers = []
+    for suite, models in (("pythia", ["p1", "p2"]), ("gpt2", ["g1"]), ("gemma", ["m1"]), ("opt", ["o1", "o2"])):
+        for model in models:
+            for depth in (0.0, 0.5, 1.0):
+                layers.append(dict(suite=suite, model=model, is_final=True, relative_depth=depth, anisotropy=depth / 2))
+    fig = figures.plot_anisotropy_depth(pd.DataFrame(layers), [tmp_path / "fig2.png"], suites=["pythia", "gpt2", "gemma", "opt"])
+    assert _titles(fig) == ["pythia", "gpt2", "gemma", "opt"]
+    assert [len(ax.lines) for ax in fig.axes if ax.get_visible()] == [2, 1, 1, 2]
+
+    spectra = []
+    for model, steps in (("p1", (0, 1000, 143000)), ("g1", (0,))):  # g1: released only, `main` at step 0
+        for step in steps:
+            for i in range(4):
+                spectra.append(dict(suite="s", model=model, revision=f"r{step}", step=step, tokens=step,
+                                    identical_weights=False, index=i, normalised=1 / (i + 1)))
+    fig = figures.plot_head_spectra(pd.DataFrame(spectra), [tmp_path / "fig4.png"])
+    assert _titles(fig) == ["p1"]
+
+
+def test_fig1a_leaves_out_models_without_intermediate_checkpoints(tmp_path):
+    from lmsat.figures import plot_loss_curves
+
+    table = pd.DataFrame(
+        dict(model=["p1"] * 3 + ["g1"], tokens=[0, 10, 100, 0], loss=[5.0, 4.0, 3.0, 3.5],
+             is_best=[False, False, True, True])
+    )
+    fig = plot_loss_curves(table, [tmp_path / "fig1a.png"])
+    assert _titles(fig) == ["p1"]
+    with pytest.raises(ValueError, match="no checkpoint past step 0"):
+        plot_loss_curves(table[table["model"] == "g1"], [tmp_path / "x.png"])
