@@ -489,11 +489,27 @@ def _locate_run_files(config: dict, results: str) -> None:
             spec["files"] = [f"{results}/corpora/synthetic/{spec['split']}.txt"]
 
 
+def _canonical(value, keep_order: bool = False):
+    """`value` with every mapping's keys sorted (lists keep their order): Snakemake compares
+    params as written, so reordering keys in a config file would rerun every job. The
+    named-entry mappings (suites, tokenizers, corpora) keep their order, which is the plan's."""
+    if isinstance(value, dict):
+        keys = list(value) if keep_order else sorted(value)
+        return {key: _canonical(value[key], keep_order=False) for key in keys}
+    if isinstance(value, list):
+        return [_canonical(item) for item in value]
+    return value
+
+
 def load_plan(config: dict, schema: str | Path | dict, default_run: str = "default") -> Plan:
     """Validate `config` against the schema (a dict or its YAML file), fill defaults, check
     references, expand. `default_run` names the run when the config does not (the stem of
     its config file)."""
     config = validate_config(config, schema if isinstance(schema, dict) else load_yaml(schema))
+    config = {
+        key: _canonical(value, keep_order=key in ("suites", "tokenizers", "corpora"))
+        for key, value in sorted(config.items())
+    }
     config["run"] = check_path_name("run", config["run"] or default_run, "run name")
     results = f"results/{config['run']}"
     _locate_run_files(config, results)
