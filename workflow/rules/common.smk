@@ -1,7 +1,12 @@
 # The workflow's Python: config validation, model/revision/metric tables, input functions.
 import re
+import sys
 from dataclasses import asdict, replace
 from pathlib import Path
+
+# Plan with the lmsat beside this workflow, as its jobs do (workflow/scripts/_lmsat_src.py),
+# whether or not (or whichever) lmsat is installed.
+sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
 from lmsat.config import config_sha256, load_plan, load_yaml, result_config
 from lmsat.corpus import corpus_inputs
