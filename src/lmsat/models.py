@@ -11,6 +11,7 @@ resolves its revision exactly as it would for Pythia.
 from __future__ import annotations
 
 import logging
+import os
 
 from lmsat.config import TOY_TOKENIZER_DIR, ModelEntry
 
@@ -78,14 +79,21 @@ def load_causal_lm(model: ModelEntry, revision: str, *, dtype: str = "float32", 
 
 
 def load_tokenizer(spec: dict, name: str, policy=None):
-    """The tokenizer `name` of config['tokenizers'] (`spec` is that entry). A hub tokenizer is
-    downloaded by the job that needs it: transient hub faults are retried with backoff
-    (`policy`, a lmsat.fetch.RetryPolicy; default: its defaults)."""
+    """The tokenizer `name` of config['tokenizers'] (`spec` is that entry). A spec with `staged`
+    (set by the workflow for hub tokenizers) loads the directory rule stage_tokenizer wrote
+    (lmsat.staging); otherwise a hub tokenizer is downloaded here, transient hub faults
+    retried with backoff (`policy`, a lmsat.fetch.RetryPolicy; default: its defaults)."""
     from transformers import AutoTokenizer
 
     from lmsat.fetch import RetryPolicy, with_backoff
 
-    if spec["source"] == "toy":
+    if spec.get("staged"):
+        from lmsat.staging import StagingMissing
+
+        if not os.path.isdir(spec["staged"]):
+            raise StagingMissing(f"tokenizer {name} ({spec['id']})", spec["staged"], "stage_tokenizer")
+        target, kwargs = spec["staged"], dict(local_files_only=True)
+    elif spec["source"] == "toy":
         target, kwargs = TOY_TOKENIZER_DIR, dict(local_files_only=True)
     elif spec["source"] == "local":
         target, kwargs = spec["id"], dict(local_files_only=True)
