@@ -105,9 +105,9 @@ class Plan:
 
 def config_sha256(config: dict) -> str:
     """SHA-256 of the validated config (defaults filled), independent of key order. Where
-    staging runs (fetch.stage_on_submit_node) is left out: it does not change results."""
-    if "stage_on_submit_node" in config.get("fetch", {}):
-        config = {**config, "fetch": {k: v for k, v in config["fetch"].items() if k != "stage_on_submit_node"}}
+    staging runs (fetch.staging_on) is left out: it does not change results."""
+    if "staging_on" in config.get("fetch", {}):
+        config = {**config, "fetch": {k: v for k, v in config["fetch"].items() if k != "staging_on"}}
     return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()
 
 

@@ -48,8 +48,8 @@ class StagingMissing(FileNotFoundError):
 
     def __init__(self, what: str, path, rule: str):
         super().__init__(
-            f"{what}: staged file {path} is missing, and compute jobs run offline; {HINT}, "
-            f"e.g. `snakemake --until {rule}` (or delete the outputs that need it and rerun)"
+            f"{what}: staged file {path} is missing, and compute jobs run offline; {HINT}: "
+            f"`snakemake stage_all` where the network is reachable (rule {rule}), then rerun"
         )
 
 

@@ -6,6 +6,7 @@ job loses at most one chunk of it). Importing torch + transformers and loading t
 cost more than either part on small models, so one job per checkpoint does both.
 """
 
+import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
 import logging
 
 import torch

@@ -5,6 +5,7 @@ shards and a manifest with the model's own head evaluated on the eval pairs (Fig
 reference row).
 """
 
+import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
 import logging
 
 import h5py

@@ -5,6 +5,7 @@ among frequency-drawn distractors) as task YAMLs + JSONL data into one directory
 evaluation jobs pass to lm-eval as include_path.
 """
 
+import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
 import logging
 from pathlib import Path
 

@@ -1,5 +1,6 @@
 """Rule build_synthetic_language: the synthetic language, its corpora and its tokenizer."""
 
+import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
 from pathlib import Path
 
 from lmsat import synthetic, toy

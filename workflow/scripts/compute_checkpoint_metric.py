@@ -1,5 +1,6 @@
 """Rule compute_checkpoint_metric: one registered metric of one checkpoint, as JSON."""
 
+import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
 from lmsat.cache import open_cache
 from lmsat.corpus import read_sample
 from lmsat.io import setup_logging, write_json

@@ -4,6 +4,7 @@ For a synthetic corpus read with the toy tokenizer (token id == word id), the sp
 the language's true n-gram matrix is stored beside it.
 """
 
+import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
 import json
 import logging
 

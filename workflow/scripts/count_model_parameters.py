@@ -6,6 +6,7 @@ the model on the meta device (no memory). Needs only config.json, on disk: the t
 local directory, or the final checkpoint fetched by rule fetch_checkpoint.
 """
 
+import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
 import logging
 import os
 

@@ -10,6 +10,7 @@ leaves at 0). Outputs:
                          predicted loss, shortfall in % (> 0 = worse than the law)
 """
 
+import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
 import logging
 
 import numpy as np

@@ -4,6 +4,7 @@ Rows are (model, checkpoint kind, revision); columns are lmsat.evaluation.METRIC
 configured tasks, with arrows for the better direction. Skipped tasks are missing (–).
 """
 
+import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
 import logging
 
 import pandas as pd

@@ -1,6 +1,7 @@
 """Rule ngram_ground_truth: empirical n-gram W-error curves of growing samples of a
 synthetic language against the curve of its true n-gram matrix."""
 
+import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
 import logging
 
 import pandas as pd

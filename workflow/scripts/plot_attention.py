@@ -1,5 +1,6 @@
 """Rule plot_attention: low-rank attention signatures along training, a row per model."""
 
+import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
 import pandas as pd
 
 from lmsat.figures_degeneration import plot_attention_lowrank

@@ -1,6 +1,7 @@
 """Rule plot_ground_truth: n-gram W-error against the true matrix, and the rank-r head
 losses against the synthetic language's entropy rate (when the heads were measured on it)."""
 
+import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
 import pandas as pd
 
 from lmsat.bottleneck import entropy_rate_of

@@ -1,5 +1,6 @@
 """Rule plot_loss_curves: Fig. 1a from results/tables/loss.csv."""
 
+import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
 import pandas as pd
 
 from lmsat.figures import plot_loss_curves

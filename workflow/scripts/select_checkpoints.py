@@ -5,6 +5,7 @@ revision on the eval sample, final = last revision), with its step, tokens and l
 provenance columns (unlike the final tables): its bytes change only when a selection does.
 """
 
+import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
 import logging
 
 import pandas as pd

@@ -1,5 +1,6 @@
 """Rule tabulate_anisotropy: the tables of Figs. 2 and 3 from the anisotropy records."""
 
+import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
 import pandas as pd
 
 from lmsat.degeneration import anisotropy_tables, write_csv

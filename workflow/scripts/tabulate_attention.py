@@ -1,5 +1,6 @@
 """Rule tabulate_attention: per-head low-rank attention metrics of every checkpoint."""
 
+import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
 import pandas as pd
 
 from lmsat.degeneration import attention_table, write_csv

@@ -1,6 +1,7 @@
 """Rule tabulate_bottleneck: the best learning rate per (model, r), the reference rows and
 the W-error of each model's own head (the tables behind Figs. 6 and 8)."""
 
+import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
 import logging
 
 from lmsat.bottleneck import heads_tables, monotone_violations

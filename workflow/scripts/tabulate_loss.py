@@ -1,5 +1,6 @@
 """Rule tabulate_loss: results/tables/loss.csv from the per-checkpoint loss records."""
 
+import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
 from lmsat.io import atomic_path, read_json, setup_logging
 from lmsat.tables import loss_table, with_provenance
 

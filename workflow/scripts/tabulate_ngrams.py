@@ -1,5 +1,6 @@
 """Rule tabulate_ngrams: W-error(d) of every corpus x tokenizer n-gram matrix (Fig. 7's table)."""
 
+import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
 import h5py
 import pandas as pd
 

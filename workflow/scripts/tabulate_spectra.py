@@ -1,5 +1,6 @@
 """Rule tabulate_spectra: tables of Figs. 4 and 5, and the revisions with identical weights."""
 
+import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
 from lmsat.degeneration import spectra_tables, write_csv
 from lmsat.io import setup_logging
 

@@ -5,6 +5,7 @@ the state is saved under params.state_dir while it runs and resumed after a kill
 removed once the result is written.
 """
 
+import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
 import logging
 import time
 from dataclasses import asdict

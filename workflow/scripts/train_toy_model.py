@@ -1,5 +1,6 @@
 """Rule train_toy_model: train one toy GPT-NeoX and publish its checkpoints as revisions."""
 
+import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
 import torch
 from transformers import AutoTokenizer
 

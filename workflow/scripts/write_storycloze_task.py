@@ -1,5 +1,6 @@
 """Rule write_storycloze_task: a storycloze_2016 task reading the manually downloaded CSVs."""
 
+import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
 from pathlib import Path
 
 from lmsat.evaluation import write_storycloze_task
