@@ -9,13 +9,8 @@
 # checkpoints up front (e.g. on a login node before submitting the rest).
 
 if FETCH["staging_on"] == "submit_node":
-
-    localrules:
-        fetch_checkpoint,
-        fetch_best_checkpoint,
-        stage_tokenizer,
-        stage_corpus,
-        stage_lmeval_task,
+    # what `localrules:` compiles to, for the one list of staging rules (common.smk)
+    workflow.localrules(*STAGING_RULES)
 
 
 rule stage_all:
