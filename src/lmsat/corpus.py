@@ -90,7 +90,14 @@ def _read_text_file(path: str, text_field: str, name: str = "corpus", limit: int
 
 def iter_documents(spec: dict, name: str = "corpus", policy=None, sleep=time.sleep) -> Iterator[str]:
     """Documents of a corpus, in a fixed order. `policy` (lmsat.fetch.RetryPolicy): how a
-    hub dataset retries transient faults (`_hf_documents`)."""
+    hub dataset retries transient faults (`_hf_documents`). A spec with `staged` (set by the
+    workflow for hub datasets) reads the prefix a staging job wrote there instead
+    (lmsat.staging), the same documents in the same order, without network."""
+    if spec.get("staged"):
+        from lmsat.staging import staged_documents
+
+        yield from staged_documents(spec["staged"], name)
+        return
     if spec["type"] == "hf":
         yield from _hf_documents(spec, name, policy, sleep)
         return

@@ -52,6 +52,14 @@ class RetryPolicy:
         return min(self.max_wait_s, self.first_wait_s * 2 ** (failed_attempt - 1))
 
 
+def job_retry_policy(snakemake) -> RetryPolicy:
+    """The retry policy of a Snakemake job that reaches the network. Config keys
+    fetch.attempts/first_wait_s/max_wait_s are operational: read from the config, never
+    passed as params, so retuning them after a hub outage reruns nothing."""
+    fetch = snakemake.config["fetch"]
+    return RetryPolicy(**{key: fetch[key] for key in ("attempts", "first_wait_s", "max_wait_s")})
+
+
 class FetchError(RuntimeError):
     """A checkpoint could not be fetched; the message names model, revision and the fix."""
 

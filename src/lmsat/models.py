@@ -11,6 +11,7 @@ resolves its revision exactly as it would for Pythia.
 from __future__ import annotations
 
 import logging
+import os
 
 from lmsat.config import ModelEntry, check_context
 
@@ -103,9 +104,10 @@ def check_sequence_length(lm, model: ModelEntry, revision: str, seq_len: int, ke
 
 
 def load_tokenizer(spec: dict, name: str, policy=None):
-    """The tokenizer `name` of config['tokenizers'] (`spec` is that entry). A hub tokenizer is
-    downloaded by the job that needs it: transient hub faults are retried with backoff
-    (`policy`, a lmsat.fetch.RetryPolicy; default: its defaults)."""
+    """The tokenizer `name` of config['tokenizers'] (`spec` is that entry). A spec with `staged`
+    (set by the workflow for hub tokenizers) loads the directory rule stage_tokenizer wrote
+    (lmsat.staging); otherwise a hub tokenizer is downloaded here, transient hub faults
+    retried with backoff (`policy`, a lmsat.fetch.RetryPolicy; default: its defaults)."""
     from transformers import AutoTokenizer
 
     from lmsat.fetch import FetchError, RetryPolicy, gated_fix, require_token, with_backoff
@@ -115,7 +117,13 @@ def load_tokenizer(spec: dict, name: str, policy=None):
             require_token(f"tokenizer {name} ({spec['id']})", spec["gated"], spec["id"])
         except FetchError as error:
             raise ModelLoadError(str(error)) from None
-    if spec["source"] in ("toy", "local"):  # a toy tokenizer's id is its run's directory (load_plan)
+    if spec.get("staged"):
+        from lmsat.staging import StagingMissing
+
+        if not os.path.isdir(spec["staged"]):
+            raise StagingMissing(f"tokenizer {name} ({spec['id']})", spec["staged"], "stage_tokenizer")
+        target, kwargs = spec["staged"], dict(local_files_only=True)
+    elif spec["source"] in ("toy", "local"):  # a toy tokenizer's id is its run's directory (load_plan)
         target, kwargs = spec["id"], dict(local_files_only=True)
     else:
         target, kwargs = spec["id"], dict(revision=spec["revision"])

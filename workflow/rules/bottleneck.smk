@@ -34,13 +34,9 @@ rule build_head_cache:
         gpu=lambda wildcards: 1 if CONFIG["device"] == "cuda" else 0,
     params:
         model=final_model_params,
-        tokenizer=lambda wildcards: CONFIG["tokenizers"][
-            MODELS[wildcards.model].tokenizer
-        ],
+        tokenizer=lambda wildcards: model_tokenizer(wildcards.model),
         corpora=HEAD_SET_CORPORA,
-        corpus_specs={
-            c: CONFIG["corpora"][c] for c in sorted(set(HEAD_SET_CORPORA.values()))
-        },
+        corpus_specs={c: corpus_spec(c) for c in sorted(set(HEAD_SET_CORPORA.values()))},
         sample_corpus=CONFIG["sample"]["corpus"],
         seq_len=CONFIG["sample"]["seq_len"],
         train_tokens=BOTTLENECK["train_tokens"],

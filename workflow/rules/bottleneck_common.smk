@@ -30,13 +30,10 @@ def head_shards(name, model="{model}", run="{run}"):
 
 def head_cache_inputs(wildcards):
     corpora = set(HEAD_SET_CORPORA.values())
-    tokenizer = CONFIG["tokenizers"][MODELS[wildcards.model].tokenizer]
     return dict(
         weights=final_checkpoint_weights(wildcards),
-        corpora=[
-            f for c in sorted(corpora) for f in corpus_inputs(CONFIG["corpora"][c])
-        ],
-        tokenizer=TOY_TOKENIZER if tokenizer["source"] == "toy" else [],
+        corpora=[f for c in sorted(corpora) for f in corpus_files(c)],
+        tokenizer=tokenizer_inputs(MODELS[wildcards.model].tokenizer),
         sample=(
             sample_of_model(wildcards) if CONFIG["sample"]["corpus"] in corpora else []
         ),

@@ -12,6 +12,7 @@ from lmsat.config import config_sha256, load_plan, load_yaml, result_config
 from lmsat.corpus import corpus_inputs
 from lmsat.fetch import checkpoint_disk_mb, estimated_parameters
 from lmsat.metrics import METRICS
+from lmsat.staging import needs_staging_corpus, needs_staging_tokenizer
 from snakemake.utils import update_config
 
 # `configfile:` in the Snakefile would be merged under any --configfile, so the paper's
@@ -120,9 +121,7 @@ def model_at(model, revision):
     revisions to a suite (or subsampling it otherwise) must not rerun the jobs of the
     revisions it already had."""
     entry = MODELS[model]
-    return asdict(
-        replace(entry, revisions=(revision,), steps=(entry.step(revision),))
-    )
+    return asdict(replace(entry, revisions=(revision,), steps=(entry.step(revision),)))
 
 
 def model_params(wildcards):
@@ -136,14 +135,133 @@ def final_model_params(wildcards):
     return model_at(wildcards.model, MODELS[wildcards.model].final_revision)
 
 
+# ---------------------------------------------------------------- staging (staging.smk)
+# Jobs of these rules are the only ones that reach the network; every other job imports
+# lmsat.offline and reads what they staged. The profile decides where they run.
+STAGING_RULES = [
+    "fetch_checkpoint",
+    "fetch_best_checkpoint",
+    "stage_tokenizer",
+    "stage_corpus",
+    "stage_lmeval_task",
+]
+STAGED_DATASETS = f"results/{RUN}/staged/datasets"
+HUB_TOKENIZERS = [
+    n for n, s in CONFIG["tokenizers"].items() if needs_staging_tokenizer(s)
+]
+HUB_CORPORA = [n for n, s in CONFIG["corpora"].items() if needs_staging_corpus(s)]
+
+
+def tokenizer_spec(name):
+    """config['tokenizers'][name] as jobs see it: a hub tokenizer points at its staged copy."""
+    spec = CONFIG["tokenizers"][name]
+    if needs_staging_tokenizer(spec):
+        return {**spec, "staged": f"results/{RUN}/staged/tokenizers/{name}"}
+    return spec
+
+
+def tokenizer_inputs(name):
+    """What must exist before tokenizer `name` loads: the toy tokenizer the pipeline builds,
+    or the staged copy of a hub tokenizer; a local directory is the user's."""
+    spec = tokenizer_spec(name)
+    if spec["source"] == "toy":
+        return [TOY_TOKENIZER]
+    return [spec["staged"]] if "staged" in spec else []
+
+
+def corpus_spec(name):
+    """config['corpora'][name] as jobs see it: a hub dataset points at its staged prefix."""
+    spec = CONFIG["corpora"][name]
+    if needs_staging_corpus(spec):
+        return {**spec, "staged": f"results/{RUN}/staged/corpora/{name}.jsonl"}
+    return spec
+
+
+def corpus_files(name):
+    """Files corpus `name` reads (its local files, or its staged prefix)."""
+    spec = corpus_spec(name)
+    return corpus_inputs(spec) + ([spec["staged"]] if "staged" in spec else [])
+
+
+def corpus_consumers(corpus):
+    """Every job kind that reads hub corpus `corpus`, with its tokenizer and how far it reads
+    (lmsat.staging.CorpusConsumer): what stage_corpus must stage. Mirrors the budgets of
+    lmsat.corpus.build_sample, count_corpus_ngrams and build_head_cache."""
+    spec, sample = CONFIG["corpora"][corpus], CONFIG["sample"]
+    cap = spec["max_documents"]
+    consumers = []
+    if corpus == sample["corpus"]:
+        consumers += [
+            dict(
+                job="sample_eval_tokens",
+                tokenizer=tokenizer,
+                tokens=sample["pool_factor"] * sample["n_tokens"],
+                documents=cap,
+            )
+            for tokenizer in sorted({m.tokenizer for m in MODELS.values()})
+        ]
+    if corpus in NGRAM_CORPORA:
+        consumers += [
+            dict(job="count_corpus_ngrams", tokenizer=t, tokens=NGRAMS["max_tokens"])
+            for t in NGRAM_TOKENIZERS
+        ]
+    if BOTTLENECK["models"] and corpus in HEAD_SET_CORPORA.values():
+        sizes = {"train": BOTTLENECK["train_tokens"], "eval": BOTTLENECK["eval_tokens"]}
+        wanted = sum(sizes[s] for s, c in HEAD_SET_CORPORA.items() if c == corpus)
+        n_pool = BOTTLENECK["pool_factor"] * wanted
+        if corpus == sample["corpus"]:  # the eval sample's windows are kept out
+            n_pool += -(-sample["n_tokens"] // sample["seq_len"]) * sample["seq_len"]
+        consumers += [
+            dict(
+                job="build_head_cache",
+                tokenizer=MODELS[m].tokenizer,
+                tokens=n_pool,
+                documents=cap,
+            )
+            for m in BOTTLENECK["models"]
+        ]
+    return consumers
+
+
+def corpus_consumer_tokenizers(wildcards):
+    """Tokenizer files of every job that reads corpus `wildcards.corpus` (stage_corpus)."""
+    names = sorted({c["tokenizer"] for c in corpus_consumers(wildcards.corpus)})
+    return [path for name in names for path in tokenizer_inputs(name)]
+
+
+def lmeval_task_staged(task):
+    """The staging manifest of an lm-eval task whose datasets come from the hub (none for the
+    task YAMLs the pipeline writes from local files)."""
+    if task_files(task) or task == "storycloze_2016":
+        return []
+    return f"results/{RUN}/staged/lmeval/{task}.json"
+
+
+def staging_targets(wildcards):
+    """The staged tokenizers, corpora and lm-eval task data of the plan (rule stage_all);
+    checkpoints are fetched as their readers need them (fetch.smk)."""
+    tokenizers = {m.tokenizer for m in MODELS.values()}
+    corpora = {CONFIG["sample"]["corpus"]}
+    if NGRAM_CORPORA:
+        tokenizers |= set(NGRAM_TOKENIZERS)
+        corpora |= set(NGRAM_CORPORA)
+    if BOTTLENECK["models"]:
+        corpora |= set(HEAD_SET_CORPORA.values())
+    return (
+        [p for t in sorted(tokenizers) for p in tokenizer_inputs(t) if "staged" in p]
+        + [p for c in sorted(corpora) for p in corpus_files(c) if "staged" in p]
+        + [lmeval_task_staged(t) for t in EVALUATION["tasks"] if lmeval_task_staged(t)]
+    )
+
+
 def model_tokenizer(model):
-    """config['tokenizers'] entry of `model`."""
-    return CONFIG["tokenizers"][MODELS[model].tokenizer]
+    """config['tokenizers'] entry of `model`, as jobs see it (tokenizer_spec)."""
+    return tokenizer_spec(MODELS[model].tokenizer)
 
 
 def tokenizer_files(wildcards):
-    """The toy tokenizer is built by the pipeline; others come with their checkpoint."""
-    return TOY_TOKENIZER if model_tokenizer(wildcards.model)["source"] == "toy" else []
+    """The toy tokenizer is built by the pipeline; a hub one is staged (tokenizer_inputs)."""
+    return tokenizer_inputs(MODELS[wildcards.model].tokenizer)
 
 
 def model_mem_mb(model, base_mb, attempt):
@@ -168,11 +286,7 @@ def checkpoint_record(wildcards):
 
 
 def sample_inputs(wildcards):
-    corpus = CONFIG["corpora"][wildcards.corpus]
-    tokenizer = CONFIG["tokenizers"][wildcards.tokenizer]
-    return corpus_inputs(corpus) + (
-        [TOY_TOKENIZER] if tokenizer["source"] == "toy" else []
-    )
+    return corpus_files(wildcards.corpus) + tokenizer_inputs(wildcards.tokenizer)
 
 
 def metric_inputs(wildcards):

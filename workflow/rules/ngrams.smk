@@ -25,8 +25,8 @@ rule count_corpus_ngrams:
         runtime=lambda wildcards, attempt: NGRAMS["runtime"] * attempt,
         gpu=lambda wildcards: 1 if CONFIG["device"] == "cuda" else 0,
     params:
-        corpus=lambda wildcards: CONFIG["corpora"][wildcards.corpus],
-        tokenizer=lambda wildcards: CONFIG["tokenizers"][wildcards.tokenizer],
+        corpus=lambda wildcards: corpus_spec(wildcards.corpus),
+        tokenizer=lambda wildcards: tokenizer_spec(wildcards.tokenizer),
         order=NGRAMS["order"],
         max_tokens=NGRAMS["max_tokens"],
     script:

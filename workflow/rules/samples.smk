@@ -14,8 +14,8 @@ rule sample_eval_tokens:
         mem_mb=4000,
         runtime=60,
     params:
-        corpus=lambda wildcards: CONFIG["corpora"][wildcards.corpus],
-        tokenizer=lambda wildcards: CONFIG["tokenizers"][wildcards.tokenizer],
+        corpus=lambda wildcards: corpus_spec(wildcards.corpus),
+        tokenizer=lambda wildcards: tokenizer_spec(wildcards.tokenizer),
         sample=CONFIG["sample"],
         seed=CONFIG["seed"],
     script:

@@ -103,7 +103,11 @@ def evaluation_inputs(wildcards):
     model = MODELS[wildcards.model]
     tasks = task_files(wildcards.task)
     if wildcards.kind == "final":
-        return dict(weights=weights_of(model.name, model.final_revision), tasks=tasks)
+        return dict(
+            weights=weights_of(model.name, model.final_revision),
+            tasks=tasks,
+            staged=lmeval_task_staged(wildcards.task),
+        )
     selection = ancient(checkpoints.select_checkpoints.get(run=RUN).output[0])
     best = selected_revision(model.name, "best")
     if best == model.final_revision:
@@ -113,7 +117,8 @@ def evaluation_inputs(wildcards):
         weights = f"results/{RUN}/weights/best/{model.name}/{best}"
     else:
         weights = weights_of(model.name, best)
-    return dict(weights=weights, tasks=tasks, selection=selection)
+    staged = lmeval_task_staged(wildcards.task)
+    return dict(weights=weights, tasks=tasks, selection=selection, staged=staged)
 
 
 def reuses_final(input):

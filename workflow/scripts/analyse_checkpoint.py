@@ -7,7 +7,7 @@ cost more than either part on small models, so one job per checkpoint does both.
 """
 
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
-
+import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
 import logging
 
 import torch

@@ -1,7 +1,7 @@
 """Rule compute_checkpoint_metric: one registered metric of one checkpoint, as JSON."""
 
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
-
+import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
 from lmsat.cache import open_cache
 from lmsat.corpus import read_sample
 from lmsat.io import setup_logging, source_sha256, write_json

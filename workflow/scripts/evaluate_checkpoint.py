@@ -8,7 +8,7 @@ checkpoint that is also the final one copies the final job's JSON instead of rer
 """
 
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
-
+import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
 import logging
 import os
 
@@ -27,11 +27,11 @@ def main(snakemake):
         write_json(snakemake.output[0], {**final, **record, "reused_from": snakemake.input.same_as})
         return
 
-    # Read by datasets / huggingface_hub when they are imported, so set before any import.
-    if params.include_path:
-        os.environ["HF_DATASETS_OFFLINE"] = "1"  # the pipeline wrote the task data locally
-    if params.model["source"] != "hub":
-        os.environ["HF_HUB_OFFLINE"] = "1"  # nothing to download (hub runs may fetch task data)
+    # Offline (lmsat.offline): a hub task's datasets come from the cache rule stage_lmeval_task
+    # filled, named in its manifest. Read by datasets when imported, so set before any import.
+    if snakemake.input.get("staged"):
+        staged = read_json(snakemake.input.staged)
+        os.environ["HF_DATASETS_CACHE"] = os.path.abspath(staged["datasets_cache"])
     import torch
 
     from lmsat.config import ModelEntry

@@ -9,7 +9,7 @@ any, is read from HF_TOKEN by huggingface_hub and never logged.
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
 
 from lmsat.config import ModelEntry
-from lmsat.fetch import RetryPolicy, fetch_checkpoint
+from lmsat.fetch import fetch_checkpoint, job_retry_policy
 from lmsat.io import setup_logging
 
 
@@ -20,8 +20,7 @@ def main(snakemake):
     fetch = snakemake.config["fetch"]
     fetch_checkpoint(
         ModelEntry(**snakemake.params.model), snakemake.wildcards.revision, snakemake.output[0],
-        policy=RetryPolicy(**{key: fetch[key] for key in ("attempts", "first_wait_s", "max_wait_s")}),
-        min_free_mb=fetch["min_free_mb"], disk_wait_s=fetch["disk_wait_minutes"] * 60,
+        policy=job_retry_policy(snakemake), min_free_mb=fetch["min_free_mb"], disk_wait_s=fetch["disk_wait_minutes"] * 60,
     )
 
 

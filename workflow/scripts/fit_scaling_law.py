@@ -11,7 +11,7 @@ leaves at 0). Outputs:
 """
 
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
-
+import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
 import logging
 
 import numpy as np

@@ -5,7 +5,7 @@ configured tasks, with arrows for the better direction. Skipped tasks are missin
 """
 
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
-
+import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
 import logging
 
 import pandas as pd

@@ -2,7 +2,7 @@
 synthetic language against the curve of its true n-gram matrix."""
 
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
-
+import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
 import logging
 
 import pandas as pd

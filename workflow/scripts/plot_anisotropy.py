@@ -1,7 +1,7 @@
 """Rule plot_anisotropy: Fig. 2 (anisotropy vs depth) and Fig. 3 (along training)."""
 
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
-
+import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
 import pandas as pd
 
 from lmsat.figures_degeneration import plot_anisotropy_depth, plot_anisotropy_training

@@ -1,7 +1,7 @@
 """Rule plot_attention: low-rank attention signatures along training, a row per model."""
 
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
-
+import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
 import pandas as pd
 
 from lmsat.figures_degeneration import plot_attention_lowrank

@@ -1,7 +1,7 @@
 """Rule plot_bottleneck: Fig. 6 (loss and accuracy vs head rank) and Fig. 8 (loss vs W-error)."""
 
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
-
+import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
 import pandas as pd
 
 from lmsat.figures_bottleneck import plot_rank_heads, plot_werror_loss

@@ -2,7 +2,7 @@
 losses against the synthetic language's entropy rate (when the heads were measured on it)."""
 
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
-
+import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
 import pandas as pd
 
 from lmsat.bottleneck import entropy_rate_of

@@ -1,7 +1,7 @@
 """Rule plot_loss_curves: Fig. 1a from results/tables/loss.csv."""
 
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
-
+import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
 import pandas as pd
 
 from lmsat.figures import plot_loss_curves

@@ -1,7 +1,7 @@
 """Rule plot_ngram_werror: Fig. 7 from results/tables/ngram_werror.csv."""
 
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
-
+import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
 import pandas as pd
 
 from lmsat.figures_bottleneck import plot_ngram_werror

@@ -1,7 +1,7 @@
 """Rule plot_scaling_law: Fig. 1b from scaling_fit.csv and scaling_shortfall.csv."""
 
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
-
+import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
 import pandas as pd
 
 from lmsat.figures_saturation import plot_scaling_fit

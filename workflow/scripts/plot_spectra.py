@@ -1,7 +1,7 @@
 """Rule plot_spectra: Fig. 4 (normalised head spectra) and Fig. 5 (singular entropy)."""
 
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
-
+import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
 import pandas as pd
 
 from lmsat.figures_degeneration import plot_head_spectra, plot_singular_entropy

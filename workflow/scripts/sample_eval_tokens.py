@@ -1,7 +1,7 @@
 """Rule sample_eval_tokens: the eval token sample of one corpus x tokenizer."""
 
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
-
+import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
 from lmsat.corpus import build_sample
 from lmsat.io import setup_logging
 from lmsat.models import load_tokenizer

@@ -6,7 +6,7 @@ provenance columns (unlike the final tables): its bytes change only when a selec
 """
 
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
-
+import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
 import logging
 
 import pandas as pd

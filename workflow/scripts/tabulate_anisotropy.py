@@ -1,7 +1,7 @@
 """Rule tabulate_anisotropy: the tables of Figs. 2 and 3 from the anisotropy records."""
 
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
-
+import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
 import pandas as pd
 
 from lmsat.degeneration import anisotropy_tables, write_csv

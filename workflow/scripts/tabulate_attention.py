@@ -1,7 +1,7 @@
 """Rule tabulate_attention: per-head low-rank attention metrics of every checkpoint."""
 
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
-
+import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
 import pandas as pd
 
 from lmsat.degeneration import attention_table, write_csv

@@ -2,7 +2,7 @@
 the W-error of each model's own head (the tables behind Figs. 6 and 8)."""
 
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
-
+import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
 import logging
 
 from lmsat.bottleneck import heads_tables, monotone_violations, read_head_inputs

@@ -1,6 +1,7 @@
 """Rule tabulate_loss: results/tables/loss.csv from the per-checkpoint loss records."""
 
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
+import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
 
 from lmsat.io import atomic_path, read_record, setup_logging
 from lmsat.tables import loss_table, with_provenance

@@ -1,7 +1,7 @@
 """Rule tabulate_spectra: tables of Figs. 4 and 5, and the revisions with identical weights."""
 
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
-
+import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
 from lmsat.degeneration import spectra_tables, write_csv
 from lmsat.io import setup_logging
 

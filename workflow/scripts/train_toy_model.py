@@ -1,7 +1,7 @@
 """Rule train_toy_model: train one toy GPT-NeoX and publish its checkpoints as revisions."""
 
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
-
+import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
 import torch
 from transformers import AutoTokenizer
 

@@ -1,7 +1,7 @@
 """Rule write_storycloze_task: a storycloze_2016 task reading the manually downloaded CSVs."""
 
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
-
+import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
 from pathlib import Path
 
 from lmsat.evaluation import write_storycloze_task

@@ -1,0 +1,81 @@
+# Staging: everything a compute job would otherwise fetch from the network, put on disk
+# first (lmsat.staging). Hub checkpoints: fetch.smk; here hub tokenizers, the prefix of each
+# hub dataset corpus its jobs read, and lm-eval task datasets. These rules (and the fetch
+# rules: STAGING_RULES in common.smk) are the only ones that reach the network; every other
+# job imports lmsat.offline (HF_HUB_OFFLINE=1, HF_DATASETS_OFFLINE=1) and fails in seconds,
+# naming the missing staged file, if staging was skipped. Where they run is the profile's
+# choice (profiles/slurm: a transfer partition via set-resources, or the submit node with
+# config fetch.staging_on: submit_node). `snakemake stage_all` stages all but the
+# checkpoints up front (e.g. on a login node before submitting the rest).
+
+if FETCH["staging_on"] == "submit_node":
+    # what `localrules:` compiles to, for the one list of staging rules (common.smk)
+    workflow.localrules(*STAGING_RULES)
+
+
+rule stage_all:
+    input:
+        staging_targets,
+    localrule: True
+
+
+rule stage_tokenizer:
+    output:
+        directory("results/{run}/staged/tokenizers/{tokenizer}"),
+    log:
+        "logs/{run}/stage_tokenizer/{tokenizer}.log",
+    wildcard_constraints:
+        tokenizer=_alternatives(HUB_TOKENIZERS) or "(?!)",
+    retries: FETCH["retries"]
+    conda:
+        "../../envs/lmsat.yaml"
+    resources:
+        mem_mb=2000,
+        runtime=lambda wildcards, attempt: 15 * attempt,
+    params:
+        spec=lambda wildcards: CONFIG["tokenizers"][wildcards.tokenizer],
+    script:
+        "../scripts/stage_tokenizer.py"
+
+
+rule stage_corpus:
+    input:
+        tokenizers=corpus_consumer_tokenizers,
+    output:
+        "results/{run}/staged/corpora/{corpus}.jsonl",
+    log:
+        "logs/{run}/stage_corpus/{corpus}.log",
+    wildcard_constraints:
+        corpus=_alternatives(HUB_CORPORA) or "(?!)",
+    retries: FETCH["retries"]
+    conda:
+        "../../envs/lmsat.yaml"
+    resources:
+        mem_mb=4000,
+        runtime=lambda wildcards, attempt: FETCH["runtime"] * attempt,
+    params:
+        spec=lambda wildcards: CONFIG["corpora"][wildcards.corpus],
+        consumers=lambda wildcards: corpus_consumers(wildcards.corpus),
+        tokenizers=lambda wildcards: {
+            c["tokenizer"]: tokenizer_spec(c["tokenizer"])
+            for c in corpus_consumers(wildcards.corpus)
+        },
+    script:
+        "../scripts/stage_corpus.py"
+
+
+rule stage_lmeval_task:
+    output:
+        "results/{run}/staged/lmeval/{task}.json",
+    log:
+        "logs/{run}/stage_lmeval_task/{task}.log",
+    retries: FETCH["retries"]
+    conda:
+        "../../envs/lmsat.yaml"
+    resources:
+        mem_mb=4000,
+        runtime=lambda wildcards, attempt: 30 * attempt,
+    params:
+        datasets_cache=STAGED_DATASETS,
+    script:
+        "../scripts/stage_lmeval_task.py"
