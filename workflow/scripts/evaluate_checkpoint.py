@@ -12,7 +12,7 @@ import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
 import logging
 import os
 
-from lmsat.io import read_record, setup_logging, write_json
+from lmsat.io import read_json, read_record, setup_logging, write_json
 
 log = logging.getLogger(__name__)
 
