@@ -155,3 +155,16 @@ def test_model_entries_do_not_depend_on_the_order_of_the_models(default_config):
     for name in before:
         assert asdict(before[name]) == asdict(after[name]), name
     assert before["toy-d32"].key == "suites.toy.models[name=toy-d32]"
+
+
+def test_models_are_planned_by_size_not_by_name(default_config):
+    """The plan's order is every table's and figure's: Pythia by size (1b before 1.4b, which
+    share d = 2048), whatever order the config lists the models in."""
+    pythia = load_yaml(ROOT / "config" / "pythia.yaml")
+    by_size = ["14m", "31m", "70m", "160m", "410m", "1b", "1.4b", "2.8b", "6.9b", "12b"]
+    models = pythia["suites"]["pythia"]["models"]
+    models.sort(key=lambda m: m["name"])  # 1.4b, 12b, 14m, 160m, ...
+    assert [m["name"] for m in models][:3] == ["pythia-1.4b", "pythia-12b", "pythia-14m"]
+    assert list(plan(pythia).models) == [f"pythia-{size}" for size in by_size]
+    default_config["suites"]["toy"]["models"].sort(key=lambda m: m["name"])
+    assert list(plan(default_config).models) == ["toy-d16", "toy-d32", "toy-d64", "toy-d128"]

@@ -86,6 +86,15 @@ class ModelEntry:
     def final_revision(self) -> str:
         return self.revisions[self.steps.index(max(self.steps))]
 
+    @property
+    def size(self) -> tuple[int, int, str]:
+        """Sort key by size: non-embedding parameters (n_params when the config gives it, else
+        12 L d^2 with L = num_layers, or a guessed max(6, d/64)), then d, then the name.
+        Pythia's 1b and 1.4b share d = 2048 and differ by depth (16 vs 24 blocks)."""
+        d = self.hidden_size
+        blocks = self.n_params or int(12 * (self.num_layers or max(6, d / 64)) * d * d)
+        return (blocks, d, self.name)
+
 
 @dataclass(frozen=True)
 class Plan:
@@ -302,4 +311,12 @@ def load_plan(config: dict, schema_path: str | Path) -> Plan:
     config = validate_config(config, load_yaml(schema_path))
     models = _models(config)
     _check_references(config, models)
-    return Plan(config=config, models=models)
+    return Plan(config=config, models=by_size(models))
+
+
+def by_size(models: dict[str, ModelEntry]) -> dict[str, ModelEntry]:
+    """`models` ordered suite by suite (in config order), smallest first within a suite:
+    the order of every table's rows and every figure's panels and legends."""
+    suites = list(dict.fromkeys(m.suite for m in models.values()))
+    ordered = sorted(models.values(), key=lambda m: (suites.index(m.suite), m.size))
+    return {m.name: m for m in ordered}

@@ -17,6 +17,7 @@ rule tabulate_loss:
         "../../envs/lmsat.yaml"
     params:
         config_sha256=CONFIG_SHA256,
+        models=list(MODELS),
     script:
         "../scripts/tabulate_loss.py"
 
