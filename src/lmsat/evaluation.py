@@ -18,7 +18,9 @@ downloaded CSVs into a task that replaces lm-eval's (which datasets >= 4 cannot 
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import math
 import os
 from collections import Counter
@@ -29,6 +31,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import yaml
+
+from lmsat.progress import ThrottledLog
+
+log = logging.getLogger(__name__)
 
 # Tasks whose data must be fetched by hand: lm-eval dataset_path -> how to get it.
 MANUAL_DOWNLOADS = {
@@ -285,6 +291,22 @@ def _load_model_and_tokenizer(model_name_or_path, revision, tokenizer, *, cache_
     return model.eval(), tokenizer
 
 
+def _simple_evaluate(lm, tasks, num_fewshot, batch_size, device, limit, bootstrap_iters, task_manager) -> dict:
+    import lm_eval
+
+    return lm_eval.simple_evaluate(
+        model=lm,
+        tasks=tasks,
+        num_fewshot=num_fewshot,
+        batch_size=batch_size,
+        device=device,
+        limit=limit,
+        bootstrap_iters=bootstrap_iters,
+        task_manager=task_manager,
+        log_samples=False,
+    )
+
+
 def run_lmeval(
     model_name_or_path,
     revision: str,
@@ -314,7 +336,6 @@ def run_lmeval(
     Raises ManualDownloadRequired (before loading the model) for tasks such as
     storycloze_2016 whose data must be downloaded by hand.
     """
-    import lm_eval
     from lm_eval.models.huggingface import HFLM
     from lm_eval.utils import handle_non_serializable
 
@@ -332,17 +353,10 @@ def run_lmeval(
         cache_dir=cache_dir, local_files_only=local_files_only, dtype=dtype, device=device,
     )
     lm = HFLM(pretrained=model, tokenizer=tokenizer, revision=revision, batch_size=batch_size)
-    results = lm_eval.simple_evaluate(
-        model=lm,
-        tasks=tasks,
-        num_fewshot=num_fewshot,
-        batch_size=batch_size,
-        device=device,
-        limit=limit,
-        bootstrap_iters=bootstrap_iters,
-        task_manager=task_manager,
-        log_samples=False,
-    )
+    # lm-eval draws tqdm bars on stderr (requests done, rate, time left): into the job's
+    # log, one line a minute (lmsat.progress.ThrottledLog)
+    with contextlib.redirect_stderr(ThrottledLog(log)):
+        results = _simple_evaluate(lm, tasks, num_fewshot, batch_size, device, limit, bootstrap_iters, task_manager)
     results.pop("samples", None)
     results["lmsat"] = {
         "model": str(model_name_or_path) if isinstance(model_name_or_path, (str, os.PathLike)) else type(model).__name__,
