@@ -33,18 +33,10 @@ rule plot_anisotropy:
         layers="results/tables/anisotropy_layers.csv",
         training="results/tables/anisotropy_training.csv",
     output:
-        fig2_png=report(
-            "results/figures/fig2_anisotropy_depth.png",
-            caption="../report/fig2_anisotropy_depth.rst",
-            category="Representation degeneration",
-        ),
-        fig2_pdf="results/figures/fig2_anisotropy_depth.pdf",
-        fig3_png=report(
-            "results/figures/fig3_anisotropy_training.png",
-            caption="../report/fig3_anisotropy_training.rst",
-            category="Representation degeneration",
-        ),
-        fig3_pdf="results/figures/fig3_anisotropy_training.pdf",
+        fig2_png=figure_report("results/figures/fig2_anisotropy_depth.png"),
+        fig2_pdf=figure_report("results/figures/fig2_anisotropy_depth.pdf"),
+        fig3_png=figure_report("results/figures/fig3_anisotropy_training.png"),
+        fig3_pdf=figure_report("results/figures/fig3_anisotropy_training.pdf"),
     log:
         "logs/plot_anisotropy.log",
     conda:

@@ -100,11 +100,7 @@ rule tabulate_bottleneck:
         ),
         spectra=[final_spectrum(model) for model in BOTTLENECK["models"]],
     output:
-        heads=report(
-            "results/tables/bottleneck_heads.csv",
-            caption="../report/bottleneck_heads.rst",
-            category="Softmax bottleneck",
-        ),
+        heads="results/tables/bottleneck_heads.csv",
         search="results/tables/bottleneck_lr_search.csv",
     log:
         "logs/tabulate_bottleneck.log",
@@ -122,18 +118,10 @@ rule plot_bottleneck:
     input:
         heads="results/tables/bottleneck_heads.csv",
     output:
-        fig6_png=report(
-            "results/figures/fig6_rank_heads.png",
-            caption="../report/fig6_rank_heads.rst",
-            category="Softmax bottleneck",
-        ),
-        fig6_pdf="results/figures/fig6_rank_heads.pdf",
-        fig8_png=report(
-            "results/figures/fig8_werror_loss.png",
-            caption="../report/fig8_werror_loss.rst",
-            category="Softmax bottleneck",
-        ),
-        fig8_pdf="results/figures/fig8_werror_loss.pdf",
+        fig6_png=figure_report("results/figures/fig6_rank_heads.png"),
+        fig6_pdf=figure_report("results/figures/fig6_rank_heads.pdf"),
+        fig8_png=figure_report("results/figures/fig8_werror_loss.png"),
+        fig8_pdf=figure_report("results/figures/fig8_werror_loss.pdf"),
     log:
         "logs/plot_bottleneck.log",
     conda:
@@ -148,12 +136,8 @@ rule plot_ground_truth:
         heads=("results/tables/bottleneck_heads.csv" if heads_on_synthetic() else []),
         language=TOY_LANGUAGE if heads_on_synthetic() else [],
     output:
-        png=report(
-            "results/figures/ground_truth_bottleneck.png",
-            caption="../report/ground_truth_bottleneck.rst",
-            category="Softmax bottleneck",
-        ),
-        pdf="results/figures/ground_truth_bottleneck.pdf",
+        png=figure_report("results/figures/ground_truth_bottleneck.png"),
+        pdf=figure_report("results/figures/ground_truth_bottleneck.pdf"),
     log:
         "logs/plot_ground_truth.log",
     conda:

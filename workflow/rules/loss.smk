@@ -27,12 +27,8 @@ rule plot_loss_curves:
         table="results/tables/loss.csv",
         language=synthetic_reference(),
     output:
-        png=report(
-            "results/figures/fig1a_loss.png",
-            caption="../report/fig1a_loss.rst",
-            category="Saturation",
-        ),
-        pdf="results/figures/fig1a_loss.pdf",
+        png=figure_report("results/figures/fig1a_loss.png"),
+        pdf=figure_report("results/figures/fig1a_loss.pdf"),
     log:
         "logs/plot_loss_curves.log",
     conda:

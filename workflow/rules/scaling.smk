@@ -51,12 +51,8 @@ rule plot_scaling_law:
         fit="results/tables/scaling_fit.csv",
         shortfall="results/tables/scaling_shortfall.csv",
     output:
-        png=report(
-            "results/figures/fig1b_scaling.png",
-            caption="../report/fig1b_scaling.rst",
-            category="Saturation",
-        ),
-        pdf="results/figures/fig1b_scaling.pdf",
+        png=figure_report("results/figures/fig1b_scaling.png"),
+        pdf=figure_report("results/figures/fig1b_scaling.pdf"),
     log:
         "logs/plot_scaling_law.log",
     conda:
