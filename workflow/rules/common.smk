@@ -151,7 +151,7 @@ def synthetic_reference():
 
 
 def final_outputs():
-    """Everything `rule all` makes: the core outputs, the report's rendered tables and summary."""
+    """Everything the workflow makes by default: the core outputs, the rendered tables and summary."""
     return core_outputs() + report_outputs()
 
 
@@ -186,7 +186,12 @@ def core_outputs():
 # .pdf) and the tables its caption cites (results/tables/<name>.csv, rendered by rule
 # render_table as results/report/<name>.html next to the figure).
 REPORT_SECTIONS = {
-    "fig1a": ("Saturation", "Fig. 1a: loss along training", ["fig1a_loss"], ["loss", "best_final"]),
+    "fig1a": (
+        "Saturation",
+        "Fig. 1a: loss along training",
+        ["fig1a_loss"],
+        ["loss", "best_final"],
+    ),
     "fig1b": (
         "Saturation",
         "Fig. 1b: scaling law",
@@ -247,10 +252,14 @@ REPORT_SECTIONS = {
 SUMMARY_HTML = "results/report/summary.html"
 CAPTIONS = Path(workflow.current_basedir).parent / "report"
 SECTION_OF_FIGURE = {
-    stem: target for target, (_, _, stems, _) in REPORT_SECTIONS.items() for stem in stems
+    stem: target
+    for target, (_, _, stems, _) in REPORT_SECTIONS.items()
+    for stem in stems
 }
 SECTION_OF_TABLE = {
-    name: target for target, (_, _, _, names) in REPORT_SECTIONS.items() for name in names
+    name: target
+    for target, (_, _, _, names) in REPORT_SECTIONS.items()
+    for name in names
 }
 
 
