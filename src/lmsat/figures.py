@@ -60,8 +60,8 @@ def draw_loss_curves(table, entropy_rate: float | None = None):
     for ax, model in zip(axes, models):
         rows = table[(table["model"] == model) & (table["tokens"] > 0)]
         loss = rows["loss"].to_numpy()
-        span = max(loss.max() - loss.min(), 1e-12)
-        shade = 0.35 + 0.65 * (1 - (loss - loss.min()) / span)  # darker near the minimum
+        shade = 0.35 + 0.65 * (1 - (loss - loss.min()) / max(loss.max() - loss.min(), 1e-12))  # darker near the min
+        span = max(loss.max() - loss.min(), 0.02 * abs(loss.mean()), 1e-12)  # a flat curve gets a margin too
         bottom = loss.min() - 0.1 * span - (0.1 if entropy_rate is None else 0)
         if entropy_rate is not None:
             bottom = min(bottom, entropy_rate - 0.05 * span)
