@@ -36,6 +36,18 @@ def panel_grid(n: int, width: float = 3.4, height: float = 2.3):
     return fig, flat[:n]
 
 
+def label_grid(axes, xlabel: str, ylabel: str) -> None:
+    """Axis labels of a panel_grid: y on the first column, x (with tick labels) on the lowest
+    panel of each column."""
+    ncols = axes[0].get_subplotspec().get_gridspec().ncols
+    for index, ax in enumerate(axes):
+        if index % ncols == 0:
+            ax.set_ylabel(ylabel)
+        if index + ncols >= len(axes):
+            ax.set_xlabel(xlabel)
+            ax.xaxis.set_tick_params(labelbottom=True)
+
+
 LOSS_CAP_PERCENTILE = 90  # Fig. 1a's y axis ends just above this percentile of a model's losses
 
 
@@ -81,12 +93,6 @@ def draw_loss_curves(table, entropy_rate: float | None = None):
         ax.set_xscale("log")
         ax.set_title(model, fontsize=9, loc="left")
         ax.set_ylim(bottom, top)
-    ncols = axes[0].get_subplotspec().get_gridspec().ncols
-    for index, ax in enumerate(axes):
-        if index % ncols == 0:
-            ax.set_ylabel("loss (nats)")
-        if index + ncols >= len(axes):  # lowest panel of its column
-            ax.set_xlabel("training tokens")
-            ax.xaxis.set_tick_params(labelbottom=True)
+    label_grid(axes, "training tokens", "loss (nats)")
     axes[0].legend(fontsize=7, loc="lower left")
     return fig
