@@ -218,7 +218,7 @@ def key_numbers(loss: pd.DataFrame, hidden_sizes: dict[str, int], shortfall: pd.
                 row[f"{kind}_shortfall_pct"] = float(match["shortfall_pct"].iloc[0]) if len(match) else math.nan
         if heads is not None:
             point = heads[(heads["model"] == model) & heads["rise_point"].astype(bool)]
-            row["loss_rises_below_rank"] = int(point["rank"].iloc[0]) if len(point) else None
+            row["risen_up_to_rank"] = int(point["rank"].iloc[0]) if len(point) else None
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -241,8 +241,8 @@ def summary_page(title: str, facts: list[str], numbers: pd.DataFrame, comparison
         "<h2>Key numbers, by model (smallest first)</h2>",
         "<p class=\"note\">final_above_best_pct: how far the last checkpoint's loss is above the "
         "loss-minimising one's (saturation); *_shortfall_pct: loss above the scaling law of Fig. 1b; "
-        "loss_rises_below_rank: largest rank r whose rank-r head has a higher loss than the full head "
-        "(Fig. 6). Tables: results/tables.</p>",
+        "risen_up_to_rank: largest rank r whose rank-r head loses to the full head by more than "
+        "bottleneck.rise_tolerance (Fig. 6). Tables: results/tables.</p>",
         html_table(numbers, css_class="sortable key-numbers"),
         "<h2>Compared with the paper</h2>",
         f"<p class=\"note\">{html.escape(intro)} Paper values: {html.escape(source)}, "
