@@ -210,3 +210,10 @@ def test_select_from_the_command_line_reaches_the_plan(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     counts = dict(line.split()[:2] for line in result.stdout.splitlines() if len(line.split()) == 2 and line.split()[-1].isdigit())
     assert counts["train_toy_model"] == "1" and counts["compute_checkpoint_metric"] == "2", result.stdout
+
+
+def test_a_target_the_config_turns_off_says_which_targets_it_makes():
+    result = _snakemake("-n", "--config", "ngrams={corpora: []}", "--", "fig7")
+    assert result.returncode != 0
+    output = result.stdout + result.stderr  # Snakemake prints planning errors to stdout
+    assert "target fig7: this config makes no fig7" in output and "fig1a, fig1b" in output
