@@ -14,6 +14,7 @@ import pandas as pd
 from lmsat.figures import plt, save_figure
 from lmsat.scaling import predict
 
+LABEL_BOX = dict(boxstyle="round,pad=0.15", facecolor="white", edgecolor="none", alpha=0.85)  # over the curves
 STYLES = {  # kind -> (colour, marker) of its points and curve
     "final": ("tab:blue", "o"),
     "best": ("tab:orange", "*"),
@@ -36,8 +37,9 @@ def law_curve(n_params, tokens, n_grid, **constants) -> np.ndarray:
 
 def shortfall_labels(points: pd.DataFrame, min_params: float) -> list[dict]:
     """The shortfall labels of the models below the fit threshold: the final checkpoint's to
-    the right of its point, the best one's to the left (so the two never overlap), and one
-    label "best = final" when both are the same checkpoint (same token count)."""
+    the right of its point (above the model's name), the best one's to the left (so no two
+    labels of a model overlap), and one label "best = final" when both are the same
+    checkpoint (same token count)."""
     labels = []
     small = points[points["n_params"] < min_params]
     for model, rows in small.groupby("model", sort=False):
@@ -84,12 +86,12 @@ def draw_scaling_fit(points: pd.DataFrame, fit):
                    edgecolors=edge, linewidths=1.0, zorder=3, label=label)
         if kind == "final":
             for row in rows.itertuples():
-                ax.annotate(row.model, (row.n_params, row.measured), textcoords="offset points", xytext=(0, -14),
-                            ha="center", fontsize=6, color="0.3")
+                ax.annotate(row.model, (row.n_params, row.measured), textcoords="offset points", xytext=(7, -10),
+                            ha="left", va="center", fontsize=6, color="0.3", bbox=LABEL_BOX)
     for label in shortfall_labels(points, fit["min_params"]):
         colour = STYLES[label["kind"]][0] if label["kind"] in STYLES else "0.2"
         ax.annotate(label["text"], (label["n_params"], label["measured"]), textcoords="offset points",
-                    xytext=(label["dx"], 0), ha=label["ha"], va="center", fontsize=7, color=colour)
+                    xytext=(label["dx"], 0), ha=label["ha"], va="center", fontsize=7, color=colour, bbox=LABEL_BOX)
     ax.axvline(fit["min_params"], color="0.6", ls=":", lw=1)
     ax.text(fit["min_params"], ax.get_ylim()[0], " fit threshold", va="bottom", fontsize=7, color="0.4")
     how = "fitted" if fit["source"] == "fit" else "fixed"
