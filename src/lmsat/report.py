@@ -193,7 +193,8 @@ def paper_comparison(paper: dict, suites: dict[str, str], fit=None, table1: pd.D
             rows.append(dict(
                 where=value["where"], section=value["section"], quantity=value["quantity"], model=model,
                 paper=("~" if value.get("approximate") else "") + f"{value['value']:g}",
-                measured=number, difference=difference, difference_pct=100 * difference / value["value"],
+                measured=number, difference=difference,
+                difference_pct=math.nan if value.get("unit") == "%" else 100 * difference / value["value"],
                 comparable=comparable,
             ))
     return pd.DataFrame(rows, columns=COMPARISON_COLUMNS)
