@@ -4,13 +4,17 @@
 VENV ?= .venv
 PYTHON := $(VENV)/bin/python
 CORES ?= 2
+TORCH ?= torch==2.13.0+cpu
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
 .PHONY: run test lint dry-run-pythia
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
-	# torch first, pinned: a bare `torch` requirement would pull a multi-GB CUDA build
-	$(PYTHON) -m pip install --quiet torch==2.13.0
+	# torch first, pinned, from PyTorch's CPU index: PyPI's Linux torch is the CUDA build
+	# (~530 MB plus ~3 GB of CUDA libraries). A GPU machine or cluster takes that one:
+	#   make TORCH=torch==2.13.0 TORCH_INDEX=https://pypi.org/simple
+	$(PYTHON) -m pip install --quiet "$(TORCH)" --extra-index-url $(TORCH_INDEX)
 	$(PYTHON) -m pip install --quiet -e ".[test]"
 	touch $@
 

@@ -28,6 +28,7 @@ include: "workflow/rules/scaling.smk"
 include: "workflow/rules/bottleneck_common.smk"
 include: "workflow/rules/ngrams.smk"
 include: "workflow/rules/bottleneck.smk"
+include: "workflow/rules/report.smk"
 
 
 rule all:

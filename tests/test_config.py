@@ -155,3 +155,65 @@ def test_model_entries_do_not_depend_on_the_order_of_the_models(default_config):
     for name in before:
         assert asdict(before[name]) == asdict(after[name]), name
     assert before["toy-d32"].key == "suites.toy.models[name=toy-d32]"
+
+
+def test_models_are_planned_by_size_not_by_name(default_config):
+    """The plan's order is every table's and figure's: Pythia by size (1b before 1.4b, which
+    share d = 2048), whatever order the config lists the models in."""
+    pythia = load_yaml(ROOT / "config" / "pythia.yaml")
+    by_size = ["14m", "31m", "70m", "160m", "410m", "1b", "1.4b", "2.8b", "6.9b", "12b"]
+    models = pythia["suites"]["pythia"]["models"]
+    models.sort(key=lambda m: m["name"])  # 1.4b, 12b, 14m, 160m, ...
+    assert [m["name"] for m in models][:3] == ["pythia-1.4b", "pythia-12b", "pythia-14m"]
+    assert list(plan(pythia).models) == [f"pythia-{size}" for size in by_size]
+    default_config["suites"]["toy"]["models"].sort(key=lambda m: m["name"])
+    assert list(plan(default_config).models) == ["toy-d16", "toy-d32", "toy-d64", "toy-d128"]
+
+
+def test_select_cuts_the_plan_to_models_and_revisions(default_config):
+    default_config["select"] = {"models": ["toy-d32", "toy-d64"], "revisions": ["step0", "step800"]}
+    default_config["bottleneck"]["models"] = ["toy-d16", "toy-d32"]
+    p = plan(default_config)
+    assert list(p.models) == ["toy-d32", "toy-d64"]
+    assert all(m.revisions == ("step0", "step800") and m.steps == (0, 800) for m in p.models.values())
+    assert p.config["bottleneck"]["models"] == ["toy-d32"]
+
+
+@pytest.mark.parametrize("select, key", [
+    ({"models": ["toy-d1024"]}, "select.models[0]"),
+    ({"revisions": ["step999999"]}, "select.revisions"),
+])
+def test_select_of_what_the_config_lacks_names_the_key(default_config, select, key):
+    default_config["select"] = select
+    with pytest.raises(ConfigError, match=key.replace("[", r"\[").replace("]", r"\]")):
+        plan(default_config)
+
+
+def test_command_line_strings_get_their_schema_types(default_config):
+    """`snakemake --config toy='{max_steps: 16}'` gives '16' (YAML BaseLoader): typed here."""
+    default_config["toy"]["max_steps"] = "16"
+    default_config["scaling"]["B"] = "4.5"
+    default_config["suites"]["toy"]["models"][0]["hidden_size"] = "8"
+    default_config["bottleneck"]["full_rank"] = "false"
+    p = plan(default_config)
+    assert p.config["toy"]["max_steps"] == 16 and p.config["scaling"]["B"] == 4.5
+    assert p.models["toy-d16"].hidden_size == 8 and p.config["bottleneck"]["full_rank"] is False
+    default_config["toy"]["max_steps"] = "many"
+    with pytest.raises(ConfigError, match="toy.max_steps"):
+        plan(default_config)
+
+
+def test_select_from_the_command_line_reaches_the_plan(tmp_path):
+    """The documented way to run a slice: a typed --config value, no config file."""
+    result = _snakemake("-n", "--quiet", "rules", "--config", "select={models: [toy-d32], revisions: [step0, step800]}",
+                        "toy={max_steps: 800}", "--", "fig1a")
+    assert result.returncode == 0, result.stderr[-3000:]
+    counts = dict(line.split()[:2] for line in result.stdout.splitlines() if len(line.split()) == 2 and line.split()[-1].isdigit())
+    assert counts["train_toy_model"] == "1" and counts["compute_checkpoint_metric"] == "2", result.stdout
+
+
+def test_a_target_the_config_turns_off_says_which_targets_it_makes():
+    result = _snakemake("-n", "--config", "ngrams={corpora: []}", "--", "fig7")
+    assert result.returncode != 0
+    output = result.stdout + result.stderr  # Snakemake prints planning errors to stdout
+    assert "target fig7: this config makes no fig7" in output and "fig1a, fig1b" in output

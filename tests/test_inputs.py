@@ -243,7 +243,7 @@ def tabulate_loss_job(tmp_path, paths):
     from types import SimpleNamespace
 
     return SimpleNamespace(input=[str(p) for p in paths], output=[str(tmp_path / "loss.csv")],
-                           log=[str(tmp_path / "loss.log")], params=SimpleNamespace(config_sha256="0" * 64))
+                           log=[str(tmp_path / "loss.log")], params=SimpleNamespace(config_sha256="0" * 64, models=["m"]))
 
 
 def test_a_metric_record_copied_from_another_revision_fails_its_table(tmp_path):

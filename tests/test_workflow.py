@@ -6,10 +6,15 @@ files and numbers it produced, and a second dry run that must find nothing to do
 
 from __future__ import annotations
 
+import base64
+import json
 import os
+import re
 import subprocess
 import sys
 import time
+import zipfile
+from pathlib import Path
 
 import h5py
 import numpy as np
@@ -122,3 +127,58 @@ def test_tables_record_the_library_source(default_run):
         table = pd.read_csv(workdir / f"results/default/tables/{name}.csv")
         assert (table["lmsat_source_sha256"] == source_sha256()).all(), name
         assert (table["row_lmsat_source"] == source_sha256()).all(), name
+
+
+def report_data(path) -> tuple[dict, dict, str]:
+    """(results, categories, landing page HTML) of a Snakemake HTML report."""
+    text = Path(path).read_text(encoding="utf-8")
+    results = json.loads(re.search(r"var results = (\{.*?\});\n", text, re.S).group(1))
+    categories = json.loads(re.search(r"var categories = (\{.*?\});\n", text, re.S).group(1))
+    landing = json.loads(re.search(r'var workflow_desc = (".*?");\n', text, re.S).group(1))
+    return results, categories, landing
+
+
+def embedded(result: dict) -> str:
+    return base64.b64decode(result["data_uri"].split(",", 1)[1]).decode("utf-8")
+
+
+def check_report(workdir: Path, html: Path) -> None:
+    """Every figure the run made is in the report (PNG and PDF), and every table a caption
+    cites is there rendered - its rows in an HTML <table> - in the section of a figure (or
+    table) whose caption cites it; the landing page shows the summary."""
+    results, categories, landing = report_data(html)
+    section = {path: sub for subs in categories.values() for sub, paths in subs.items() for path in paths}
+    cited_by = {}
+    for caption in sorted((ROOT / "workflow" / "report").glob("*.rst")):
+        if caption.stem in ("workflow", "table", "summary"):
+            continue
+        figure = f"results/default/figures/{caption.stem}.png"
+        if (workdir / figure).exists():
+            assert figure in results and figure.replace(".png", ".pdf") in results, caption.stem
+        own = figure if (workdir / figure).exists() else f"results/default/report/{caption.stem}.html"
+        for table in set(re.findall(r"([a-z0-9_]+)\.csv", caption.read_text())):
+            if (workdir / "results" / "default" / "tables" / f"{table}.csv").exists() and own in section:
+                cited_by.setdefault(table, set()).add(section[own])
+    assert cited_by, "no caption cites a table the run made"
+    for table, sections in cited_by.items():
+        page = f"results/default/report/{table}.html"
+        assert page in results, f"{table}.csv is cited by a caption but not in the report"
+        assert section[page] in sections, f"{table} is in {section[page]}, not beside a figure citing it"
+        rows = len(pd.read_csv(workdir / "results" / "default" / "tables" / f"{table}.csv"))
+        shown = embedded(results[page]).split("<tbody>")[1].count("<tr>")
+        assert shown == min(rows, 2000), table
+    assert "run summary" in landing and "Compared with the paper" in landing
+
+
+def test_report_shows_every_caption_figure_and_table(default_run, tmp_path):
+    workdir, _ = default_run
+    for name in ("report.html", "report.zip"):
+        result = subprocess.run(
+            [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory", str(workdir),
+             "--configfile", str(ROOT / "config" / "config.yaml"), "--report", str(tmp_path / name)],
+            capture_output=True, text=True, timeout=600,
+        )
+        assert result.returncode == 0, result.stderr[-3000:]
+    check_report(workdir, tmp_path / "report.html")
+    names = zipfile.ZipFile(tmp_path / "report.zip").namelist()
+    assert any(name.endswith("fig1a_loss.pdf") for name in names), names[:20]

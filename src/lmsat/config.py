@@ -97,6 +97,15 @@ class ModelEntry:
     def final_revision(self) -> str:
         return self.revisions[self.steps.index(max(self.steps))]
 
+    @property
+    def size(self) -> tuple[int, int, str]:
+        """Sort key by size: non-embedding parameters (n_params when the config gives it, else
+        12 L d^2 with L = num_layers, or a guessed max(6, d/64)), then d, then the name.
+        Pythia's 1b and 1.4b share d = 2048 and differ by depth (16 vs 24 blocks)."""
+        d = self.hidden_size
+        blocks = self.n_params or int(12 * (self.num_layers or max(6, d / 64)) * d * d)
+        return (blocks, d, self.name)
+
 
 @dataclass(frozen=True)
 class Plan:
@@ -233,9 +242,61 @@ def _description(schema: dict, error: jsonschema.ValidationError) -> str:
     return sub.get("description", "")
 
 
-def validate_config(config: dict, schema: dict) -> dict:
-    """A copy of `config` with defaults filled; ConfigError on the first schema violation."""
+_BOOLEANS = {"true": True, "false": False}
+
+
+def _typed(text: str, types) -> object:
+    """`text` as the first of the JSON-schema `types` it reads as; ValueError if none."""
+    types = [types] if isinstance(types, str) else list(types)
+    for kind in types:
+        if kind == "integer" and re.fullmatch(r"[+-]?\d+", text.strip()):
+            return int(text)
+        if kind == "number":
+            try:
+                return int(text) if re.fullmatch(r"[+-]?\d+", text.strip()) else float(text)
+            except ValueError:
+                pass
+        if kind == "boolean" and text.strip().lower() in _BOOLEANS:
+            return _BOOLEANS[text.strip().lower()]
+        if kind == "null" and text.strip().lower() in ("null", "none", "~"):
+            return None
+    raise ValueError(text)
+
+
+def coerce_strings(config: dict, schema: dict) -> dict:
+    """`config` with strings converted where the schema wants a number, integer or boolean.
+
+    `snakemake --config key=VALUE` parses a nested VALUE (`select='{models: [a]}'`,
+    `toy='{max_steps: 16}'`) with YAML's BaseLoader, which leaves every scalar a string, so
+    `'16' is not of type 'integer'`; this gives such values their schema type. A string
+    that reads as none of the wanted types is left for validation to report.
+    """
     config = copy.deepcopy(config)
+    validator = _with_defaults(jsonschema.Draft202012Validator)(schema)
+    for _ in range(1000):  # each pass fixes at least one value
+        changed = False
+        for error in validator.iter_errors(copy.deepcopy(config)):
+            if error.validator != "type" or not isinstance(error.instance, str):
+                continue
+            try:
+                value = _typed(error.instance, error.validator_value)
+            except ValueError:
+                continue
+            parent = config
+            for part in list(error.path)[:-1]:
+                parent = parent[part]
+            if error.path:
+                parent[list(error.path)[-1]] = value
+                changed = True
+        if not changed:
+            return config
+    return config
+
+
+def validate_config(config: dict, schema: dict) -> dict:
+    """A copy of `config` (strings of the command line typed, coerce_strings) with defaults
+    filled; ConfigError on the first schema violation."""
+    config = coerce_strings(config, schema)
     validator = _with_defaults(jsonschema.Draft202012Validator)(schema)
     errors = sorted(validator.iter_errors(config), key=lambda e: (len(e.path), list(map(str, e.path))))
     if errors:
@@ -512,7 +573,61 @@ def load_plan(config: dict, schema: str | Path | dict, default_run: str = "defau
     }
     config["run"] = check_path_name("run", config["run"] or default_run, "run name")
     results = f"results/{config['run']}"
+    config = select(config)
     _locate_run_files(config, results)
     models = _models(config, results)
     _check_references(config, models)
-    return Plan(config=config, models=models)
+    return Plan(config=config, models=by_size(models))
+
+
+def select(config: dict) -> dict:
+    """`config` cut to `select.models` and `select.revisions` (validated, defaults filled):
+    suites keep the selected models (a suite left with none is dropped), each model's
+    revisions become the selected ones it has (as an explicit list), and bottleneck.models
+    and evaluation.models keep the selected models."""
+    chosen = config["select"]
+    if not chosen["models"] and not chosen["revisions"]:
+        return config
+    config = copy.deepcopy(config)
+    names = [m["name"] for suite in config["suites"].values() for m in suite["models"]]
+    for i, name in enumerate(chosen["models"]):
+        if name not in names:
+            raise ConfigError(f"select.models[{i}]", f"unknown model {name!r}", f"use one of: {', '.join(names)}")
+    keep = set(chosen["models"] or names)
+    for suite_name in list(config["suites"]):
+        suite = config["suites"][suite_name]
+        suite["models"] = [m for m in suite["models"] if m["name"] in keep]
+        if not suite["models"]:
+            del config["suites"][suite_name]
+    for section in ("bottleneck", "evaluation"):
+        listed = config[section]["models"]
+        config[section]["models"] = [m for m in listed if m in keep]
+        if section == "evaluation" and listed and not config[section]["models"]:
+            config[section]["tasks"] = []  # the listed models are not selected: no Table 1
+    if chosen["revisions"]:
+        found = set()
+        for suite_name, suite in config["suites"].items():
+            for model in suite["models"]:
+                key = f"suites.{suite_name}.models[name={model['name']}]"
+                spec = model.get("revisions") or suite["revisions"]
+                revisions, steps = _revisions(spec, suite, config, f"{key}.revisions")
+                kept = [(r, s) for r, s in zip(revisions, steps) if r in chosen["revisions"]]
+                if not kept:
+                    raise ConfigError(
+                        "select.revisions", f"model {model['name']} has none of {chosen['revisions']}",
+                        f"pick revisions it has (e.g. {revisions[0]}, {revisions[-1]}) or deselect it in select.models",
+                    )
+                found.update(r for r, _ in kept)
+                model["revisions"] = dict(spec, schedule="list", list=[r for r, _ in kept], steps=[s for _, s in kept], subsample=0)
+        missing = [r for r in chosen["revisions"] if r not in found]
+        if missing:
+            raise ConfigError("select.revisions", f"no selected model has revisions {missing}", "check their names")
+    return config
+
+
+def by_size(models: dict[str, ModelEntry]) -> dict[str, ModelEntry]:
+    """`models` ordered suite by suite (in config order), smallest first within a suite:
+    the order of every table's rows and every figure's panels and legends."""
+    suites = list(dict.fromkeys(m.suite for m in models.values()))
+    ordered = sorted(models.values(), key=lambda m: (suites.index(m.suite), m.size))
+    return {m.name: m for m in ordered}

@@ -44,7 +44,7 @@ import pandas as pd
 
 from lmsat.io import atomic_path, check_identity, library_versions, promised_by_path
 from lmsat.spectra import effective_rank, identical_heads, singular_entropy, stable_rank
-from lmsat.tables import with_provenance
+from lmsat.tables import in_model_order, with_provenance
 
 log = logging.getLogger(__name__)
 
@@ -210,19 +210,6 @@ def _flag_final(table: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
-def _in_order(table: pd.DataFrame, model_order: list[str] | None, then: list[str]) -> pd.DataFrame:
-    """Rows sorted by model in `model_order` (the plan's order; default by name), then `then`.
-
-    Figures draw models in the order of their first row, so this is their panel order.
-    """
-    order = {m: i for i, m in enumerate(model_order or [])}
-    for model in sorted(set(table["model"]) - set(order)):  # models the order does not name go last
-        order[model] = len(order)
-    rank = table["model"].map(order).rename("_model_order")
-    table = table.assign(_model_order=rank).sort_values(["_model_order", *then], kind="stable")
-    return table.drop(columns="_model_order").reset_index(drop=True)
-
-
 def anisotropy_tables(
     records: list[dict], loss: pd.DataFrame, model_order: list[str] | None = None
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -234,7 +221,7 @@ def anisotropy_tables(
     """
     if not records:
         raise ValueError("no anisotropy records to tabulate")
-    per_checkpoint = _in_order(_flag_final(pd.DataFrame.from_records(records)), model_order, ["step"])
+    per_checkpoint = in_model_order(_flag_final(pd.DataFrame.from_records(records)), model_order, ["step"])
     rows = []
     for record in per_checkpoint.to_dict("records"):
         n_layers = record["n_layers"]
@@ -298,7 +285,7 @@ def spectra_tables(
                 {**record, "index": np.arange(1, s.size + 1), "singular_value": s, "normalised": s / s[0]}
             )
         )
-    entropy = _in_order(_flag_final(pd.DataFrame.from_records(summary)), model_order, ["step"])
+    entropy = in_model_order(_flag_final(pd.DataFrame.from_records(summary)), model_order, ["step"])
     identical = identical_weights_table(entropy)
     flagged = identical.groupby(["model", "revision"], sort=False)["identical_to"].agg(
         lambda members: ";".join(dict.fromkeys(";".join(members).split(";")))  # over tensors
@@ -309,7 +296,7 @@ def spectra_tables(
     spectra = pd.concat(curves, ignore_index=True).merge(
         entropy[["model", "revision", "identical_weights"]], on=["model", "revision"]
     )
-    spectra = _in_order(spectra, model_order, ["step", "index"])
+    spectra = in_model_order(spectra, model_order, ["step", "index"])
     return spectra, entropy, identical
 
 
@@ -388,7 +375,7 @@ def attention_table(
     table = pd.concat(frames, ignore_index=True)
     flagged = set() if identical is None else set(zip(identical["model"], identical["revision"]))
     table["identical_weights"] = [(m, r) in flagged for m, r in zip(table["model"], table["revision"])]
-    return _in_order(table, model_order, ["step", "kind", "layer", "head"])
+    return in_model_order(table, model_order, ["step", "kind", "layer", "head"])
 
 
 def write_csv(table: pd.DataFrame, path, config_sha256: str | None = None, inputs=()) -> None:

@@ -18,7 +18,9 @@ downloaded CSVs into a task that replaces lm-eval's (which datasets >= 4 cannot 
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import math
 import os
 from collections import Counter
@@ -29,6 +31,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import yaml
+
+from lmsat.progress import ThrottledLog
+
+log = logging.getLogger(__name__)
 
 # Tasks whose data must be fetched by hand: lm-eval dataset_path -> how to get it.
 MANUAL_DOWNLOADS = {
@@ -325,6 +331,22 @@ def _checked_lm(hflm_class, describe):
     return CheckedHFLM
 
 
+def _simple_evaluate(lm, tasks, num_fewshot, batch_size, device, limit, bootstrap_iters, task_manager) -> dict:
+    import lm_eval
+
+    return lm_eval.simple_evaluate(
+        model=lm,
+        tasks=tasks,
+        num_fewshot=num_fewshot,
+        batch_size=batch_size,
+        device=device,
+        limit=limit,
+        bootstrap_iters=bootstrap_iters,
+        task_manager=task_manager,
+        log_samples=False,
+    )
+
+
 def run_lmeval(
     model_name_or_path,
     revision: str,
@@ -354,7 +376,6 @@ def run_lmeval(
     Raises ManualDownloadRequired (before loading the model) for tasks such as
     storycloze_2016 whose data must be downloaded by hand.
     """
-    import lm_eval
     from lm_eval.models.huggingface import HFLM
     from lm_eval.utils import handle_non_serializable
 
@@ -374,17 +395,10 @@ def run_lmeval(
     describe = lambda: _task_data(tasks, task_manager)  # noqa: E731 (only when an error is raised)
     lm = _checked_lm(HFLM, describe)(pretrained=model, tokenizer=tokenizer, revision=revision, batch_size=batch_size)
     try:
-        results = lm_eval.simple_evaluate(
-            model=lm,
-            tasks=tasks,
-            num_fewshot=num_fewshot,
-            batch_size=batch_size,
-            device=device,
-            limit=limit,
-            bootstrap_iters=bootstrap_iters,
-            task_manager=task_manager,
-            log_samples=False,
-        )
+        # lm-eval draws tqdm bars on stderr (requests done, rate, time left): into the job's
+        # log, one line a minute (lmsat.progress.ThrottledLog)
+        with contextlib.redirect_stderr(ThrottledLog(log)):
+            results = _simple_evaluate(lm, tasks, num_fewshot, batch_size, device, limit, bootstrap_iters, task_manager)
     except AssertionError as error:  # lm-eval's sanity checks carry no message
         raise EmptyRequestError(
             f"lm-eval stopped on an assertion ({error!r}) while scoring task(s) {describe()} of "

@@ -19,7 +19,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.colors import ListedColormap, Normalize, SymLogNorm  # noqa: E402
 
-from lmsat.figures import save_figure  # noqa: E402
+from lmsat.figures import label_grid, panel_grid, save_figure  # noqa: E402
 
 IDENTICAL_NOTE = "hollow/dashed: head or embedding bit-identical to another revision's (tables/identical_weights.csv)"
 ATTENTION_PANELS = (  # (column, y label); linear axes show "towards 1" and "towards 0" as such
@@ -30,7 +30,7 @@ ATTENTION_PANELS = (  # (column, y label); linear axes show "towards 1" and "tow
 
 
 def _models(table: pd.DataFrame) -> list[str]:
-    """Models in table order (the tables are sorted suite, model, step; keep first appearance)."""
+    """Models in table order (the plan's: by size, lmsat.config.by_size; keep first appearance)."""
     return list(dict.fromkeys(table["model"]))
 
 
@@ -84,14 +84,12 @@ def plot_anisotropy_depth(layers: pd.DataFrame, paths, suites: list[str] | None 
 
 
 def plot_anisotropy_training(training: pd.DataFrame, paths) -> None:
-    """Fig. 3: loss along training, points coloured by last-layer anisotropy; a panel per model."""
+    """Fig. 3: loss along training, points coloured by last-layer anisotropy; a panel per model,
+    in table order (by size), row by row."""
     rows_all = training[training["tokens"] > 0]
     models = _models(rows_all)
     norm = Normalize(rows_all["anisotropy_last"].min(), rows_all["anisotropy_last"].max())
-    fig, axes = plt.subplots(
-        len(models), 1, figsize=(6, 1.9 * len(models) + 0.6), sharex=True, squeeze=False, layout="constrained"
-    )
-    axes = axes[:, 0]
+    fig, axes = panel_grid(len(models))  # no taller than wide: a report shows it whole
     for ax, model in zip(axes, models):
         rows = rows_all[rows_all["model"] == model]
         ax.plot(rows["tokens"], rows["loss"], color="0.75", lw=1, zorder=1)
@@ -100,9 +98,8 @@ def plot_anisotropy_training(training: pd.DataFrame, paths) -> None:
             edgecolors="0.3", linewidths=0.3,
         )
         ax.set_xscale("log")
-        ax.set_ylabel("loss (nats)")
         ax.set_title(model, fontsize=9, loc="left")
-    axes[-1].set_xlabel("training tokens")
+    label_grid(axes, "training tokens", "loss (nats)")
     fig.colorbar(points, ax=list(axes), label="last-layer anisotropy", shrink=0.6)
     save_figure(fig, paths)
 

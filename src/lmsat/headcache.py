@@ -45,6 +45,7 @@ import numpy as np
 
 from lmsat.corpus import CorpusError, tokens_sha256
 from lmsat.io import atomic_path, library_versions
+from lmsat.progress import Progress
 
 log = logging.getLogger(__name__)
 
@@ -146,8 +147,9 @@ def _existing_identity(path: Path) -> str | None:
         return None
 
 
-def _forward_pairs(model, tokens: np.ndarray, settings: CacheSettings, device, check: bool):
-    """Hidden states and next tokens of every window. tokens (b, L) -> (b (L-1), d), (b (L-1),)"""
+def _forward_pairs(model, tokens: np.ndarray, settings: CacheSettings, device, check: bool, progress=None):
+    """Hidden states and next tokens of every window. tokens (b, L) -> (b (L-1), d), (b (L-1),)
+    progress: a lmsat.progress.Progress counting tokens, updated after each batch."""
     import torch
 
     from lmsat.cache import forward_hidden_states
@@ -162,6 +164,8 @@ def _forward_pairs(model, tokens: np.ndarray, settings: CacheSettings, device, c
         d = last.shape[-1]
         hiddens.append(last[:, :-1].reshape(-1, d).float().cpu().numpy().astype(storage))
         targets.append(ids[:, 1:].reshape(-1).cpu().numpy().astype(np.int32))
+        if progress is not None:
+            progress.update(ids.numel())
     return np.concatenate(hiddens), np.concatenate(targets)
 
 
@@ -186,13 +190,15 @@ def build_head_cache(model, token_sets: dict, shard_paths: dict, *, identity: di
         for shard, path in enumerate(paths):
             rows = slice(shard * per_shard, (shard + 1) * per_shard)
             plan.append((set_name, shard, len(paths), Path(path), tokens[rows], starts[rows]))
+    progress = Progress("head cache forward", sum(block.size for *_, block, _ in plan), "token")
     for set_name, shard, n_shards, path, block, block_starts in plan:
         part = parts / path.name
         shard_id = _shard_identity(identity, set_name, shard, block, settings)
         if part.exists() and _existing_identity(part) == shard_id:
             log.info("%s: reusing the part left by an earlier run", part)
+            progress.total -= block.size
             continue
-        hidden, targets = _forward_pairs(model, block, settings, device, check=not checked)
+        hidden, targets = _forward_pairs(model, block, settings, device, check=not checked, progress=progress)
         checked = True
         if not np.isfinite(hidden).all():
             raise ValueError(f"the forward of {identity.get('model')}@{identity.get('revision')} gave non-finite hidden states")
@@ -211,6 +217,8 @@ def build_head_cache(model, token_sets: dict, shard_paths: dict, *, identity: di
         computed += block.size
         log.info("%s shard %d/%d: %d pairs, %.0f tokens/s", set_name, shard + 1, n_shards, len(targets),
                  computed / (time.perf_counter() - clock))
+    if progress.done:
+        progress.finish()
     for set_name, shard, n_shards, path, block, _ in plan:
         os.replace(parts / path.name, path)
         entry = summary.setdefault(set_name, dict(windows=0, pairs=0, shards=n_shards, sha256=hashlib.sha256()))

@@ -42,6 +42,7 @@ import torch.utils.checkpoint
 from torch import nn
 
 from lmsat.io import atomic_path
+from lmsat.progress import Progress
 
 # --------------------------------------------------------------------------- the head
 
@@ -535,6 +536,10 @@ def train_head(
         cfg.n_steps if max_steps_this_call is None else min(cfg.n_steps, step + max_steps_this_call)
     )
     head.train()
+    progress = Progress(
+        f"rank-{rank} head (d={d}, lr={cfg.peak_lr:g})", cfg.n_steps, "step", initial=step,
+        per_unit={"tokens": cfg.batch_size * cfg.seq_len},
+    )
     while step < stop_at:
         hidden, targets = train_reader.sample_batch(
             cfg.batch_size, np.random.default_rng([cfg.seed, step])
@@ -575,6 +580,9 @@ def train_head(
                 final = {"eval_loss": metrics["eval_loss"], "eval_acc": metrics["eval_acc"]}
         if (cfg.save_every and step % cfg.save_every == 0) or step == stop_at:
             save()
+        progress.update(1, train_loss=f"{since_eval[-1]:.4f}" if since_eval else "-")
+    if progress.done > progress.initial:
+        progress.finish(eval_loss=f"{final['eval_loss']:.4f}" if final else "-")
 
     head.eval()
     finished = final is not None

@@ -29,6 +29,7 @@ import numpy as np
 import scipy.sparse
 
 from lmsat.ngrams import context_matrix, count_ngrams
+from lmsat.progress import Progress
 from lmsat.werror import gram_spectrum, w_error_curve
 
 log = logging.getLogger(__name__)
@@ -89,7 +90,9 @@ def spectrum_of_counts(counts, device: str | None = None) -> dict:
 def corpus_spectrum(documents, tokenizer, order: int = 5, max_tokens: int = 0, device: str | None = None) -> dict:
     """The n-gram matrix spectrum of a corpus (documents joined with end-of-text)."""
     chunks = corpus_token_chunks(documents, tokenizer, max_tokens)
-    counts = count_ngrams(chunks, order=order, vocab_size=len(tokenizer))
+    progress = Progress(f"{order}-gram counting", max_tokens or None, "token")
+    counts = count_ngrams(chunks, order=order, vocab_size=len(tokenizer), progress=progress)
+    progress.finish(distinct=f"{len(counts):,}")
     if counts.n_tokens < order:
         raise ValueError(f"corpus_spectrum: the corpus gave {counts.n_tokens} tokens, fewer than order={order}")
     return spectrum_of_counts(counts, device)

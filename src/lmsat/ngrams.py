@@ -105,12 +105,14 @@ def _unique_weighted(keys: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, 
 
 
 def count_ngrams(
-    token_stream_chunks: Iterable[np.ndarray], order: int = 5, vocab_size: int | None = None
+    token_stream_chunks: Iterable[np.ndarray], order: int = 5, vocab_size: int | None = None,
+    progress=None,
 ) -> NgramCounts:
     """Count the n-grams of a token stream given as consecutive chunks of int arrays.
 
     Exact: equals a dictionary count over the concatenated stream, including the n-grams
     that cross chunk borders. Chunks may be of any length (even shorter than `order`).
+    progress: a lmsat.progress.Progress counting tokens, updated after each chunk.
     """
     if vocab_size is None or int(vocab_size) < 1:
         raise ValueError(f"count_ngrams: vocab_size must be a positive int, got {vocab_size!r}")
@@ -144,6 +146,8 @@ def count_ngrams(
                 f"full vocabulary size"
             )
         n_tokens += chunk.size
+        if progress is not None:
+            progress.update(chunk.size, distinct=f"{merged_keys.shape[0] + pending_rows:,}")
         stream = np.concatenate([carry, chunk.astype(np.int64, copy=False)])
         carry = stream[-(order - 1) :].copy()
         if stream.size < order:

@@ -35,18 +35,10 @@ rule plot_anisotropy:
         layers="results/{run}/tables/anisotropy_layers.csv",
         training="results/{run}/tables/anisotropy_training.csv",
     output:
-        fig2_png=report(
-            "results/{run}/figures/fig2_anisotropy_depth.png",
-            caption="../report/fig2_anisotropy_depth.rst",
-            category="Representation degeneration",
-        ),
-        fig2_pdf="results/{run}/figures/fig2_anisotropy_depth.pdf",
-        fig3_png=report(
-            "results/{run}/figures/fig3_anisotropy_training.png",
-            caption="../report/fig3_anisotropy_training.rst",
-            category="Representation degeneration",
-        ),
-        fig3_pdf="results/{run}/figures/fig3_anisotropy_training.pdf",
+        fig2_png=figure_report("results/{run}/figures/fig2_anisotropy_depth.png"),
+        fig2_pdf=figure_report("results/{run}/figures/fig2_anisotropy_depth.pdf"),
+        fig3_png=figure_report("results/{run}/figures/fig3_anisotropy_training.png"),
+        fig3_pdf=figure_report("results/{run}/figures/fig3_anisotropy_training.pdf"),
     log:
         "logs/{run}/plot_anisotropy.log",
     conda:

@@ -28,12 +28,8 @@ rule plot_attention:
     input:
         "results/{run}/tables/attention_lowrank.csv",
     output:
-        png=report(
-            "results/{run}/figures/attention_lowrank.png",
-            caption="../report/attention_lowrank.rst",
-            category="Low-rank attention",
-        ),
-        pdf="results/{run}/figures/attention_lowrank.pdf",
+        png=figure_report("results/{run}/figures/attention_lowrank.png"),
+        pdf=figure_report("results/{run}/figures/attention_lowrank.pdf"),
     log:
         "logs/{run}/plot_attention.log",
     conda:

@@ -93,11 +93,7 @@ rule tabulate_bottleneck:
         ),
         spectra=[final_spectrum(model) for model in BOTTLENECK["models"]],
     output:
-        heads=report(
-            "results/{run}/tables/bottleneck_heads.csv",
-            caption="../report/bottleneck_heads.rst",
-            category="Softmax bottleneck",
-        ),
+        heads="results/{run}/tables/bottleneck_heads.csv",
         search="results/{run}/tables/bottleneck_lr_search.csv",
     log:
         "logs/{run}/tabulate_bottleneck.log",
@@ -115,18 +111,10 @@ rule plot_bottleneck:
     input:
         heads="results/{run}/tables/bottleneck_heads.csv",
     output:
-        fig6_png=report(
-            "results/{run}/figures/fig6_rank_heads.png",
-            caption="../report/fig6_rank_heads.rst",
-            category="Softmax bottleneck",
-        ),
-        fig6_pdf="results/{run}/figures/fig6_rank_heads.pdf",
-        fig8_png=report(
-            "results/{run}/figures/fig8_werror_loss.png",
-            caption="../report/fig8_werror_loss.rst",
-            category="Softmax bottleneck",
-        ),
-        fig8_pdf="results/{run}/figures/fig8_werror_loss.pdf",
+        fig6_png=figure_report("results/{run}/figures/fig6_rank_heads.png"),
+        fig6_pdf=figure_report("results/{run}/figures/fig6_rank_heads.pdf"),
+        fig8_png=figure_report("results/{run}/figures/fig8_werror_loss.png"),
+        fig8_pdf=figure_report("results/{run}/figures/fig8_werror_loss.pdf"),
     log:
         "logs/{run}/plot_bottleneck.log",
     conda:
@@ -143,12 +131,8 @@ rule plot_ground_truth:
         ),
         language=TOY_LANGUAGE if heads_on_synthetic() else [],
     output:
-        png=report(
-            "results/{run}/figures/ground_truth_bottleneck.png",
-            caption="../report/ground_truth_bottleneck.rst",
-            category="Softmax bottleneck",
-        ),
-        pdf="results/{run}/figures/ground_truth_bottleneck.pdf",
+        png=figure_report("results/{run}/figures/ground_truth_bottleneck.png"),
+        pdf=figure_report("results/{run}/figures/ground_truth_bottleneck.pdf"),
     log:
         "logs/{run}/plot_ground_truth.log",
     conda:

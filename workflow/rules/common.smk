@@ -305,6 +305,11 @@ def synthetic_reference():
 
 
 def final_outputs():
+    """Everything the workflow makes by default: the core outputs, the rendered tables and summary."""
+    return core_outputs() + report_outputs()
+
+
+def core_outputs():
     return expand(
         [
             "results/{run}/tables/loss.csv",
@@ -328,3 +333,184 @@ def final_outputs():
         + scaling_outputs(),
         run=RUN,
     )
+
+
+# ---------------------------------------------------------------- the report and named targets
+# One entry per section of the report and per named target rule (`snakemake fig1a`,
+# rules in report.smk): category, subcategory, its figures (results/figures/<stem>.png and
+# .pdf) and the tables its caption cites (results/tables/<name>.csv, rendered by rule
+# render_table as results/report/<name>.html next to the figure).
+REPORT_SECTIONS = {
+    "fig1a": (
+        "Saturation",
+        "Fig. 1a: loss along training",
+        ["fig1a_loss"],
+        ["loss", "best_final"],
+    ),
+    "fig1b": (
+        "Saturation",
+        "Fig. 1b: scaling law",
+        ["fig1b_scaling"],
+        ["scaling_fit", "scaling_shortfall"],
+    ),
+    "table1": ("Saturation", "Table 1: best vs final downstream", [], ["table1"]),
+    "fig2": (
+        "Representation degeneration",
+        "Fig. 2: anisotropy by depth",
+        ["fig2_anisotropy_depth"],
+        ["anisotropy_layers"],
+    ),
+    "fig3": (
+        "Representation degeneration",
+        "Fig. 3: anisotropy along training",
+        ["fig3_anisotropy_training"],
+        ["anisotropy_training"],
+    ),
+    "fig4": (
+        "Representation degeneration",
+        "Fig. 4: head spectra",
+        ["fig4_head_spectra"],
+        ["spectra", "identical_weights"],
+    ),
+    "fig5": (
+        "Representation degeneration",
+        "Fig. 5: singular entropy",
+        ["fig5_singular_entropy"],
+        ["singular_entropy"],
+    ),
+    "attention": (
+        "Low-rank attention",
+        "Low-rank attention products",
+        ["attention_lowrank"],
+        ["attention_lowrank"],
+    ),
+    "fig6": (
+        "Softmax bottleneck",
+        "Fig. 6: rank-constrained heads",
+        ["fig6_rank_heads"],
+        ["bottleneck_heads", "bottleneck_lr_search"],
+    ),
+    "fig7": (
+        "Softmax bottleneck",
+        "Fig. 7: n-gram W-error",
+        ["fig7_ngram_werror"],
+        ["ngram_werror"],
+    ),
+    "fig8": ("Softmax bottleneck", "Fig. 8: loss vs W-error", ["fig8_werror_loss"], []),
+    "ground_truth": (
+        "Softmax bottleneck",
+        "Ground truth of the bottleneck",
+        ["ground_truth_bottleneck"],
+        ["ngram_ground_truth"],
+    ),
+}
+SUMMARY_HTML = f"results/{RUN}/report/summary.html"
+CAPTIONS = Path(workflow.current_basedir).parent / "report"
+SECTION_OF_FIGURE = {
+    stem: target
+    for target, (_, _, stems, _) in REPORT_SECTIONS.items()
+    for stem in stems
+}
+SECTION_OF_TABLE = {
+    name: target
+    for target, (_, _, _, names) in REPORT_SECTIONS.items()
+    for name in names
+}
+
+
+def section_files(target):
+    """The figures (PNG, PDF), tables (CSV) and rendered tables (HTML) of one section."""
+    _, _, stems, names = REPORT_SECTIONS[target]
+    return (
+        [
+            f"results/{RUN}/figures/{stem}.{ext}"
+            for stem in stems
+            for ext in ("png", "pdf")
+        ]
+        + [f"results/{RUN}/tables/{name}.csv" for name in names]
+        + [f"results/{RUN}/report/{name}.html" for name in names]
+    )
+
+
+def sections_made():
+    """The sections whose figure or table this config makes (final_outputs names it)."""
+    made = set(core_outputs())
+    return [
+        target
+        for target in REPORT_SECTIONS
+        if any(path in made for path in section_files(target))
+    ]
+
+
+def target_files(target):
+    """Input of the named target rule `target` (report.smk); an error if the config makes none."""
+    if target not in sections_made():
+        raise ValueError(
+            f"target {target}: this config makes no {target} (its config section turns it off); "
+            f"targets this config makes: {', '.join(sections_made())}"
+        )
+    return section_files(target)
+
+
+def target(name):
+    """Input function of the named target rule `name` (evaluated only when it is targeted)."""
+    return lambda wildcards: target_files(name)
+
+
+def figure_report(path):
+    """`path` (results/figures/<stem>.png or .pdf) marked for the report, in its section,
+    with the figure's caption (workflow/report/<stem>.rst)."""
+    stem = Path(path).stem
+    category, subcategory, _, _ = REPORT_SECTIONS[SECTION_OF_FIGURE[stem]]
+    return report(
+        path,
+        caption=f"../report/{stem}.rst",
+        category=category,
+        subcategory=subcategory,
+    )
+
+
+def table_category(wildcards):
+    return REPORT_SECTIONS[SECTION_OF_TABLE[wildcards.table]][0]
+
+
+def table_subcategory(wildcards):
+    return REPORT_SECTIONS[SECTION_OF_TABLE[wildcards.table]][1]
+
+
+def table_caption(wildcards):
+    """Caption text of a rendered table: workflow/report/<table>.rst where the table has its
+    own, and always the figure or table whose caption cites it."""
+    name = wildcards.table
+    own = CAPTIONS / f"{name}.rst"
+    text = own.read_text() if own.exists() else ""
+    section = REPORT_SECTIONS[SECTION_OF_TABLE[name]][1]
+    return (
+        f"{text}\n\n``results/{RUN}/tables/{name}.csv``, cited by {section}; click a column "
+        "header to sort, and download the CSV from the link above the table."
+    ).strip()
+
+
+def report_outputs():
+    """The rendered tables of every section this config makes, and the summary page."""
+    return [
+        f"results/{RUN}/report/{name}.html"
+        for target in sections_made()
+        for name in REPORT_SECTIONS[target][3]
+    ] + [SUMMARY_HTML]
+
+
+def summary_inputs(wildcards):
+    """The tables the summary reads: loss and the fit always, Table 1 and the rank-r heads
+    when the config makes them."""
+    made = sections_made()
+    inputs = dict(
+        loss=f"results/{RUN}/tables/loss.csv",
+        fit=f"results/{RUN}/tables/scaling_fit.csv",
+        shortfall=f"results/{RUN}/tables/scaling_shortfall.csv",
+    )
+    if "table1" in made:
+        inputs["table1"] = f"results/{RUN}/tables/table1.csv"
+    if "fig6" in made:
+        inputs["heads"] = f"results/{RUN}/tables/bottleneck_heads.csv"
+    return inputs

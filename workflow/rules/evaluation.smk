@@ -108,11 +108,7 @@ rule make_table1:
     input:
         records=evaluation_records(),
     output:
-        csv=report(
-            "results/{run}/tables/table1.csv",
-            caption="../report/table1.rst",
-            category="Saturation",
-        ),
+        csv="results/{run}/tables/table1.csv",
         md="results/{run}/tables/table1.md",
         tex="results/{run}/tables/table1.tex",
     log:

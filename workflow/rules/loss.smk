@@ -17,6 +17,7 @@ rule tabulate_loss:
         "../../envs/lmsat.yaml"
     params:
         config_sha256=CONFIG_SHA256,
+        models=list(MODELS),
     script:
         "../scripts/tabulate_loss.py"
 
@@ -26,12 +27,8 @@ rule plot_loss_curves:
         table="results/{run}/tables/loss.csv",
         language=synthetic_reference(),
     output:
-        png=report(
-            "results/{run}/figures/fig1a_loss.png",
-            caption="../report/fig1a_loss.rst",
-            category="Saturation",
-        ),
-        pdf="results/{run}/figures/fig1a_loss.pdf",
+        png=figure_report("results/{run}/figures/fig1a_loss.png"),
+        pdf=figure_report("results/{run}/figures/fig1a_loss.pdf"),
     log:
         "logs/{run}/plot_loss_curves.log",
     conda:

@@ -77,12 +77,8 @@ rule plot_ngram_werror:
     input:
         "results/{run}/tables/ngram_werror.csv",
     output:
-        png=report(
-            "results/{run}/figures/fig7_ngram_werror.png",
-            caption="../report/fig7_ngram_werror.rst",
-            category="Softmax bottleneck",
-        ),
-        pdf="results/{run}/figures/fig7_ngram_werror.pdf",
+        png=figure_report("results/{run}/figures/fig7_ngram_werror.png"),
+        pdf=figure_report("results/{run}/figures/fig7_ngram_werror.pdf"),
     log:
         "logs/{run}/plot_ngram_werror.log",
     conda:

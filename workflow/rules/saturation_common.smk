@@ -11,7 +11,8 @@ from lmsat.evaluation import OFFLINE_TASKS, STORYCLOZE_2016_FILES
 # ---------------------------------------------------------------- Table 1
 
 EVALUATION = CONFIG["evaluation"]
-EVALUATED_MODELS = EVALUATION["models"] or list(MODELS)
+# in the plan's order (by size): Table 1's rows follow its records
+EVALUATED_MODELS = [m for m in MODELS if m in EVALUATION["models"]] or list(MODELS)
 CHECKPOINT_KINDS = ("best", "final")
 TASK_DIR = f"results/{RUN}/evaluation/tasks"
 

@@ -51,12 +51,8 @@ rule plot_scaling_law:
         fit="results/{run}/tables/scaling_fit.csv",
         shortfall="results/{run}/tables/scaling_shortfall.csv",
     output:
-        png=report(
-            "results/{run}/figures/fig1b_scaling.png",
-            caption="../report/fig1b_scaling.rst",
-            category="Saturation",
-        ),
-        pdf="results/{run}/figures/fig1b_scaling.pdf",
+        png=figure_report("results/{run}/figures/fig1b_scaling.png"),
+        pdf=figure_report("results/{run}/figures/fig1b_scaling.pdf"),
     log:
         "logs/{run}/plot_scaling_law.log",
     conda:

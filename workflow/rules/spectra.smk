@@ -13,11 +13,7 @@ rule tabulate_spectra:
     output:
         spectra="results/{run}/tables/spectra.csv",
         entropy="results/{run}/tables/singular_entropy.csv",
-        identical=report(
-            "results/{run}/tables/identical_weights.csv",
-            caption="../report/identical_weights.rst",
-            category="Representation degeneration",
-        ),
+        identical="results/{run}/tables/identical_weights.csv",
     log:
         "logs/{run}/tabulate_spectra.log",
     conda:
@@ -34,18 +30,10 @@ rule plot_spectra:
         spectra="results/{run}/tables/spectra.csv",
         entropy="results/{run}/tables/singular_entropy.csv",
     output:
-        fig4_png=report(
-            "results/{run}/figures/fig4_head_spectra.png",
-            caption="../report/fig4_head_spectra.rst",
-            category="Representation degeneration",
-        ),
-        fig4_pdf="results/{run}/figures/fig4_head_spectra.pdf",
-        fig5_png=report(
-            "results/{run}/figures/fig5_singular_entropy.png",
-            caption="../report/fig5_singular_entropy.rst",
-            category="Representation degeneration",
-        ),
-        fig5_pdf="results/{run}/figures/fig5_singular_entropy.pdf",
+        fig4_png=figure_report("results/{run}/figures/fig4_head_spectra.png"),
+        fig4_pdf=figure_report("results/{run}/figures/fig4_head_spectra.pdf"),
+        fig5_png=figure_report("results/{run}/figures/fig5_singular_entropy.png"),
+        fig5_pdf=figure_report("results/{run}/figures/fig5_singular_entropy.pdf"),
     log:
         "logs/{run}/plot_spectra.log",
     conda:

@@ -12,13 +12,15 @@ import logging
 import pandas as pd
 
 from lmsat.io import atomic_path, setup_logging
+from lmsat.tables import in_model_order
 
 COLUMNS = ["suite", "model", "kind", "revision", "step", "tokens", "loss", "loss_sem"]
 log = logging.getLogger(__name__)
 
 
 def select_checkpoints(loss: pd.DataFrame) -> pd.DataFrame:
-    """The rows flagged is_best / is_final in a loss table, one per model x kind."""
+    """The rows flagged is_best / is_final in a loss table, one per model x kind, models in
+    the loss table's order (by size)."""
     rows = []
     for kind in ("best", "final"):
         flagged = loss[loss[f"is_{kind}"].astype(bool)].assign(kind=kind)
@@ -30,8 +32,8 @@ def select_checkpoints(loss: pd.DataFrame) -> pd.DataFrame:
                 f"is_{kind} row; rebuild results/tables/loss.csv with lmsat.tables.loss_table"
             )
         rows.append(flagged)
-    table = pd.concat(rows).sort_values(["suite", "model", "kind"], kind="stable")
-    return table[COLUMNS].reset_index(drop=True)
+    table = in_model_order(pd.concat(rows), list(dict.fromkeys(loss["model"])), ["kind"])
+    return table[COLUMNS]
 
 
 def main(snakemake):

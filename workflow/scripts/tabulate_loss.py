@@ -9,7 +9,7 @@ from lmsat.tables import loss_table, with_provenance
 
 def main(snakemake):
     setup_logging(snakemake.log[0])
-    table = loss_table([read_record(path, "metric", "model", "revision") for path in snakemake.input])
+    table = loss_table([read_record(path, "metric", "model", "revision") for path in snakemake.input], snakemake.params.models)
     table = with_provenance(table, snakemake.params.config_sha256, snakemake.input)
     with atomic_path(snakemake.output[0]) as tmp:
         table.to_csv(tmp, index=False)

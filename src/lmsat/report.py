@@ -1,0 +1,253 @@
+"""The report's own pages: tables rendered as HTML, and the run's summary beside the paper's values.
+
+Snakemake's report shows an HTML result inline (a CSV only as a download), so each table a
+caption cites is rendered here as a standalone, sortable HTML page with its CSV embedded:
+
+    html = table_html(pd.read_csv("results/tables/loss.csv"), "loss.csv")
+    comparison = paper_comparison(paper_values(), {"pythia-160m": "pythia"}, fit=..., table1=...)
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import math
+from importlib import resources
+
+import pandas as pd
+import yaml
+
+MAX_ROWS = 2000  # rows shown inline; the embedded CSV always has all of them
+MAX_CSV_BYTES = 20_000_000  # larger CSVs are not embedded (the zip report has them)
+PROVENANCE_SUFFIX = "_version"
+
+# Scoped to .lmsat: the summary page is also embedded in the report's landing page.
+STYLE = """
+.lmsat { font-family: system-ui, sans-serif; font-size: 13px; margin: 12px; color: #222; max-width: 100%;
+         overflow-x: auto; }
+.lmsat h1 { font-size: 17px; margin: 0 0 6px; } .lmsat h2 { font-size: 15px; margin: 18px 0 6px; }
+.lmsat p.note { color: #555; margin: 4px 0 10px; max-width: 60em; }
+.lmsat ul { margin: 4px 0 10px 18px; list-style: disc; }
+.lmsat table { border-collapse: collapse; margin-bottom: 10px; }
+.lmsat th, .lmsat td { border: 1px solid #ccc; padding: 2px 6px; text-align: right; white-space: nowrap; }
+.lmsat th { background: #f0f0f0; cursor: pointer; position: sticky; top: 0; }
+.lmsat th.sorted-asc::after { content: " \\25B2"; } .lmsat th.sorted-desc::after { content: " \\25BC"; }
+.lmsat td.text, .lmsat th.text { text-align: left; }
+.lmsat tr:nth-child(even) td { background: #fafafa; }
+"""
+
+# Click a header to sort by it (numbers as numbers); click again to reverse.
+SORT_SCRIPT = """
+document.querySelectorAll("table.sortable").forEach(function (table) {
+  table.querySelectorAll("th").forEach(function (th, column) {
+    th.addEventListener("click", function () {
+      var body = table.tBodies[0], rows = Array.from(body.rows);
+      var ascending = !th.classList.contains("sorted-asc");
+      table.querySelectorAll("th").forEach(function (h) { h.classList.remove("sorted-asc", "sorted-desc"); });
+      th.classList.add(ascending ? "sorted-asc" : "sorted-desc");
+      rows.sort(function (a, b) {
+        var x = a.cells[column].dataset.value, y = b.cells[column].dataset.value;
+        var nx = parseFloat(x), ny = parseFloat(y);
+        var order = (isNaN(nx) || isNaN(ny)) ? x.localeCompare(y) : nx - ny;
+        return ascending ? order : -order;
+      });
+      rows.forEach(function (row) { body.appendChild(row); });
+    });
+  });
+});
+"""
+
+
+def page(title: str, body: str, script: bool = True) -> str:
+    """A standalone HTML page (inline style and sort script; no network). script=False: no
+    <script> (a page embedded in the report's landing page, whose JSON string a literal
+    `</script>` would end) - its tables do not sort."""
+    tail = f"<script>{SORT_SCRIPT}</script>\n" if script else ""
+    return (
+        f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>"
+        f"<style>{STYLE}</style></head>\n<body>\n<div class=\"lmsat\">\n{body}\n</div>\n{tail}</body></html>\n"
+    )
+
+
+def _cell(value) -> tuple[str, str, bool]:
+    """(shown text, sort key, is_text) of one cell."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–", "", False
+    if isinstance(value, bool):
+        return str(value), str(int(value)), True
+    if isinstance(value, int):
+        return f"{value:,}" if abs(value) >= 100_000 else str(value), str(value), False
+    if isinstance(value, float):
+        text = f"{value:.4g}" if abs(value) < 1e5 else f"{value:.4e}"
+        return text, repr(value), False
+    return str(value), str(value), True
+
+
+def html_table(table: pd.DataFrame, css_class: str = "sortable") -> str:
+    """`table` (its index dropped) as an HTML <table>; numbers right-aligned, text left."""
+    kinds = {column: not pd.api.types.is_numeric_dtype(table[column]) or pd.api.types.is_bool_dtype(table[column])
+             for column in table.columns}
+    head = "".join(
+        f"<th class=\"{'text' if kinds[c] else 'num'}\">{html.escape(str(c))}</th>" for c in table.columns
+    )
+    rows = []
+    for values in table.itertuples(index=False):
+        cells = []
+        for value in values:
+            value = value.item() if hasattr(value, "item") else value
+            text, key, is_text = _cell(value)
+            cells.append(f"<td class=\"{'text' if is_text else 'num'}\" data-value=\"{html.escape(key)}\">"
+                         f"{html.escape(text)}</td>")
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    return (f"<table class=\"{css_class}\"><thead><tr>{head}</tr></thead>\n<tbody>\n" + "\n".join(rows)
+            + "\n</tbody></table>")
+
+
+def provenance_columns(table: pd.DataFrame) -> list[str]:
+    """The constant columns lmsat.tables.with_provenance adds (config hash, library versions)."""
+    return [c for c in table.columns if c == "config_sha256" or str(c).endswith(PROVENANCE_SUFFIX)]
+
+
+def table_page(table: pd.DataFrame, name: str, csv_bytes: bytes | None = None, max_rows: int = MAX_ROWS) -> str:
+    """A table of results/tables as a sortable HTML page named after its CSV `name`.
+
+    Provenance columns are shown once, above the table; the first `max_rows` rows are shown,
+    and the whole CSV (`csv_bytes`) is embedded as a download link when not too large.
+    """
+    provenance = provenance_columns(table)
+    notes = []
+    if provenance and len(table):
+        notes.append("; ".join(f"{c} = {table[c].iloc[0]}" for c in provenance))
+    shown = table.drop(columns=provenance)
+    if len(shown) > max_rows:
+        notes.append(f"showing the first {max_rows:,} of {len(shown):,} rows; the CSV has them all")
+        shown = shown.head(max_rows)
+    else:
+        notes.append(f"{len(shown):,} rows; click a column header to sort")
+    link = ""
+    if csv_bytes is not None and len(csv_bytes) <= MAX_CSV_BYTES:
+        uri = "data:text/csv;base64," + base64.b64encode(csv_bytes).decode("ascii")
+        link = f" <a download=\"{html.escape(name)}\" href=\"{uri}\">download {html.escape(name)}</a>"
+    body = (f"<h1>{html.escape(name)}</h1>\n<p class=\"note\">{html.escape('. '.join(notes))}.{link}</p>\n"
+            + html_table(shown))
+    return page(name, body)
+
+
+# ---------------------------------------------------------------- the paper's values
+
+
+def paper_values() -> dict:
+    """The packaged paper_values.yaml: {source, values: [...]} (see the file's comments)."""
+    return yaml.safe_load(resources.files("lmsat").joinpath("paper_values.yaml").read_text(encoding="utf-8"))
+
+
+COMPARISON_COLUMNS = ["where", "section", "quantity", "model", "paper", "measured", "difference",
+                      "difference_pct", "comparable"]
+
+
+def _measured(value: dict, fit, table1, heads) -> list[tuple[str, float]]:
+    """[(model, measured value)] of the run's counterparts of one paper value ('' = the run)."""
+    measure = value["measure"]
+    if measure.startswith("fit_") or measure.startswith("mean_shortfall"):
+        if fit is None:
+            return []
+        column = measure[4:] if measure.startswith("fit_") else measure
+        return [("", float(fit[column]))]
+    if measure == "table1":
+        if table1 is None or value["column"] not in table1.columns:
+            return []
+        rows = table1[(table1["model"] == value["model"]) & (table1["checkpoint"] == value["checkpoint"])]
+        return [(value["model"], float(rows[value["column"]].iloc[0]))] if len(rows) else []
+    if measure in ("rise_rank", "rise_werror"):
+        if heads is None:
+            return []
+        column = "rank" if measure == "rise_rank" else "w_error"
+        found = []
+        for model, rows in heads[heads["kind"] == "low_rank"].groupby("model", sort=False):
+            if "model" in value and value["model"] != model:
+                continue
+            point = rows[rows["rise_point"].astype(bool)]
+            found.append((model, float(point[column].iloc[0]) if len(point) else math.nan))
+        return found
+    raise ValueError(f"paper_values.yaml: unknown measure {measure!r}")
+
+
+def paper_comparison(paper: dict, suites: dict[str, str], fit=None, table1: pd.DataFrame | None = None,
+                     heads: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The paper's values beside this run's, one row per value and measured model.
+
+    suites: model -> suite of this run; fit: the scaling_fit.csv row; table1: table1.csv;
+    heads: bottleneck_heads.csv (None where the run made no such table). A value is
+    `comparable` when the run has its suite (or model); the difference is measured - paper,
+    given only then. A value the run has no counterpart of still gets a row (measured nan).
+    """
+    rows = []
+    for value in paper["values"]:
+        if "model" in value:
+            comparable = value["model"] in suites
+        else:
+            comparable = value["suite"] in set(suites.values())
+        measured = _measured(value, fit, table1, heads) or [(value.get("model", ""), math.nan)]
+        for model, number in measured:
+            difference = number - value["value"] if comparable and not math.isnan(number) else math.nan
+            rows.append(dict(
+                where=value["where"], section=value["section"], quantity=value["quantity"], model=model,
+                paper=("~" if value.get("approximate") else "") + f"{value['value']:g}",
+                measured=number, difference=difference,
+                difference_pct=math.nan if value.get("unit") == "%" else 100 * difference / value["value"],
+                comparable=comparable,
+            ))
+    return pd.DataFrame(rows, columns=COMPARISON_COLUMNS)
+
+
+def key_numbers(loss: pd.DataFrame, hidden_sizes: dict[str, int], shortfall: pd.DataFrame | None = None,
+                heads: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One row per model (loss table order, i.e. by size): d, checkpoints, best and final
+    checkpoint and loss, how far the final loss is above the best (the saturation), and where
+    available the shortfall below the scaling law and the rank at which a rank-r head's loss rises."""
+    rows = []
+    for model, rows_of in loss.groupby("model", sort=False):
+        best = rows_of[rows_of["is_best"].astype(bool)].iloc[0]
+        final = rows_of[rows_of["is_final"].astype(bool)].iloc[0]
+        row = dict(model=model, hidden_size=hidden_sizes.get(model, math.nan), checkpoints=len(rows_of),
+                   best_revision=best["revision"], best_loss=float(best["loss"]), final_revision=final["revision"],
+                   final_loss=float(final["loss"]),
+                   final_above_best_pct=100 * (float(final["loss"]) / float(best["loss"]) - 1))
+        if shortfall is not None:
+            for kind in ("best", "final"):
+                match = shortfall[(shortfall["model"] == model) & (shortfall["kind"] == kind)]
+                row[f"{kind}_shortfall_pct"] = float(match["shortfall_pct"].iloc[0]) if len(match) else math.nan
+        if heads is not None:
+            point = heads[(heads["model"] == model) & heads["rise_point"].astype(bool)]
+            row["risen_up_to_rank"] = int(point["rank"].iloc[0]) if len(point) else None
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def summary_page(title: str, facts: list[str], numbers: pd.DataFrame, comparison: pd.DataFrame,
+                 source: str) -> str:
+    """The report's first page: the run's facts, its key numbers, and the paper's values beside them."""
+    comparable = bool(comparison["comparable"].any()) if len(comparison) else False
+    shown = comparison.copy()
+    if not comparable:  # the paper's values this run has a counterpart of, without a difference
+        shown = shown[shown["measured"].notna()].drop(columns=["difference", "difference_pct"])
+    intro = ("Differences are measured − paper, for the values whose suite or model this run has."
+             if comparable else
+             "This run has none of the paper's models, so nothing here is a reproduction: the "
+             "paper's values stand beside this run's counterparts for orientation, without a difference "
+             "(the values it has no counterpart of, e.g. Table 1 of Pythia-160M, are in the CSV).")
+    body = "\n".join([
+        f"<h1>{html.escape(title)}</h1>",
+        "<ul>" + "".join(f"<li>{html.escape(fact)}</li>" for fact in facts) + "</ul>",
+        "<h2>Key numbers, by model (smallest first)</h2>",
+        "<p class=\"note\">final_above_best_pct: how far the last checkpoint's loss is above the "
+        "loss-minimising one's (saturation); *_shortfall_pct: loss above the scaling law of Fig. 1b; "
+        "risen_up_to_rank: largest rank r whose rank-r head loses to the full head by more than "
+        "bottleneck.rise_tolerance (Fig. 6). Tables: results/tables.</p>",
+        html_table(numbers, css_class="sortable key-numbers"),
+        "<h2>Compared with the paper</h2>",
+        f"<p class=\"note\">{html.escape(intro)} Paper values: {html.escape(source)}, "
+        "section and figure as given (~ marks a value the paper gives approximately).</p>",
+        html_table(shown, css_class="sortable comparison"),
+    ])
+    return page(title, body, script=False)  # embedded in the report's landing page

@@ -1,0 +1,93 @@
+"""The report's own pages: rendered tables and the summary beside the paper's values."""
+
+import base64
+import math
+import re
+from html import unescape
+
+import pandas as pd
+import pytest
+
+from lmsat.report import key_numbers, paper_comparison, paper_values, summary_page, table_page
+
+
+def loss_table():
+    rows = []
+    for model, final in (("toy-d16", 3.3), ("toy-d32", 3.1)):
+        for step, loss in ((0, 6.0), (8, 3.0), (16, final)):
+            rows.append(dict(suite="toy", model=model, revision=f"step{step}", step=step, tokens=step * 256, loss=loss,
+                             loss_sem=0.01, is_best=step == 8, is_final=step == 16, config_sha256="abc",
+                             torch_version="2.13.0"))
+    return pd.DataFrame(rows)
+
+
+def cells(html, css_class="sortable"):
+    """The rows of the first table of class `css_class` in `html`, as lists of shown texts."""
+    table = re.search(rf'<table class="{css_class}">(.*?)</table>', html, re.S).group(1)
+    head = re.findall(r"<th(?: [^>]*)?>(.*?)</th>", table)
+    body = [re.findall(r"<td[^>]*>(.*?)</td>", row) for row in re.findall(r"<tr>(.*?)</tr>", table.split("<tbody>")[1])]
+    return head, body
+
+
+def test_table_page_shows_rows_sortable_with_provenance_once_and_the_csv(tmp_path):
+    table = loss_table()
+    csv = table.to_csv(index=False).encode()
+    html = table_page(table, "loss.csv", csv_bytes=csv)
+    head, body = cells(html)
+    assert head == ["suite", "model", "revision", "step", "tokens", "loss", "loss_sem", "is_best", "is_final"]
+    assert len(body) == 6 and body[0][:4] == ["toy", "toy-d16", "step0", "0"] and body[1][7] == "True"
+    assert "config_sha256 = abc; torch_version = 2.13.0" in html
+    assert "addEventListener(\"click\"" in html  # headers sort
+    uri = re.search(r'href="data:text/csv;base64,([^"]+)"', html).group(1)
+    assert base64.b64decode(uri) == csv
+    short = table_page(table, "loss.csv", max_rows=4)
+    assert len(cells(short)[1]) == 4 and "showing the first 4 of 6 rows" in short
+
+
+def pythia_like():
+    suites = {"pythia-160m": "pythia", "pythia-410m": "pythia", "pythia-1b": "pythia"}
+    fit = pd.Series(dict(A=120.0, alpha=0.25, mean_shortfall_final_pct=7.0, mean_shortfall_best_pct=4.5))
+    table1 = pd.DataFrame([
+        {"model": "pythia-160m", "checkpoint": "best", "revision": "step1000", "Lambada (ppl.) ↓": 25.6, "SciQ ↑": 80.0},
+        {"model": "pythia-160m", "checkpoint": "final", "revision": "step143000", "Lambada (ppl.) ↓": 30.9, "SciQ ↑": 73.4},
+    ])
+    heads = pd.DataFrame([
+        dict(model="pythia-1b", kind="low_rank", rank=r, w_error=w, rise_point=r == 512)
+        for r, w in ((256, 0.8), (512, 0.65), (1024, 0.5))
+    ] + [dict(model="pythia-1b", kind="full_head", rank=2048, w_error=0.0, rise_point=False)])
+    return suites, fit, table1, heads
+
+
+def test_paper_comparison_gives_differences_for_the_papers_models():
+    suites, fit, table1, heads = pythia_like()
+    comparison = paper_comparison(paper_values(), suites, fit=fit, table1=table1, heads=heads).set_index("quantity")
+    assert comparison.loc["A (fitted on models >= 410M)", "difference"] == pytest.approx(120.0 - 119.09)
+    assert comparison.loc["alpha (fitted on models >= 410M)", "paper"] == "0.246"
+    row = comparison.loc["mean shortfall of final checkpoints below the fit (%)"]
+    assert row["paper"] == "~8" and row["difference"] == pytest.approx(-1.0)  # points: no relative difference
+    assert math.isnan(row["difference_pct"])
+    assert comparison.loc["Pythia-160M best: Lambada (ppl.)", "difference"] == pytest.approx(1.0)
+    assert comparison.loc["Pythia-160M final: SciQ acc.", "difference"] == pytest.approx(0.0)
+    assert math.isnan(comparison.loc["Pythia-160M best: ARC-e acc.", "measured"])  # task not run
+    assert comparison.loc["rank below which the loss rises (any model size)", "measured"] == 512
+    werror = comparison.loc["Pythia-1B: W-error where the loss starts rising"]
+    assert werror["model"] == "pythia-1b" and werror["difference"] == pytest.approx(0.05)
+    assert comparison["comparable"].all()
+    # every value of the data file names its section and figure
+    assert all(value["section"] and value["where"] for value in paper_values()["values"])
+
+
+def test_toy_run_is_shown_beside_the_paper_without_differences():
+    fit = pd.Series(dict(A=2.0, alpha=0.3, mean_shortfall_final_pct=1.0, mean_shortfall_best_pct=0.5))
+    comparison = paper_comparison(paper_values(), {"toy-d16": "toy"}, fit=fit)
+    assert not comparison["comparable"].any() and comparison["difference"].isna().all()
+    assert comparison.set_index("quantity").loc["A (fitted on models >= 410M)", "measured"] == 2.0
+    numbers = key_numbers(loss_table(), {"toy-d16": 16, "toy-d32": 32})
+    html = summary_page("summary", ["a fact"], numbers, comparison, "Godey et al.")
+    head, body = cells(html, "sortable comparison")
+    assert "difference" not in head and "none of the paper's models" in unescape(html)
+    assert "</script>" not in html  # the report embeds it in a <script> JSON string
+    head, body = cells(html, "sortable key-numbers")
+    assert [row[0] for row in body] == ["toy-d16", "toy-d32"]
+    final_above = dict(zip(head, body[0]))["final_above_best_pct"]
+    assert float(final_above) == pytest.approx(10.0)  # 3.3 / 3.0 - 1

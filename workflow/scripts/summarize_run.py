@@ -1,0 +1,55 @@
+"""Rule summarize_run: the report's summary page (results/report/summary.html) and the
+paper comparison table (results/tables/paper_comparison.csv)."""
+
+import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
+import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
+
+import logging
+from pathlib import Path
+
+import pandas as pd
+
+from lmsat.io import atomic_path, setup_logging
+from lmsat.report import key_numbers, paper_comparison, paper_values, summary_page
+from lmsat.tables import with_provenance
+
+log = logging.getLogger(__name__)
+
+
+def shortfalls(fit) -> str:
+    """The mean shortfalls of the models below the fit threshold, or why there are none."""
+    final, best = fit["mean_shortfall_final_pct"], fit["mean_shortfall_best_pct"]
+    if pd.isna(final) and pd.isna(best):
+        return f"every model is at or above the fit threshold ({fit['min_params']:.4g} parameters): no shortfall."
+    return f"mean shortfall of the models below the fit: final {final:+.1f}%, best {best:+.1f}%."
+
+
+def main(snakemake):
+    setup_logging(snakemake.log[0])
+    inputs, params = snakemake.input, snakemake.params
+    loss = pd.read_csv(inputs.loss)
+    fit = pd.read_csv(inputs.fit).iloc[0]
+    shortfall = pd.read_csv(inputs.shortfall)
+    table1 = pd.read_csv(inputs.table1) if "table1" in inputs.keys() else None
+    heads = pd.read_csv(inputs.heads) if "heads" in inputs.keys() else None
+    paper = paper_values()
+    comparison = paper_comparison(paper, dict(params.suites), fit=fit, table1=table1, heads=heads)
+    numbers = key_numbers(loss, dict(params.hidden_sizes), shortfall=shortfall, heads=heads)
+    models = ", ".join(f"{name} (d={d})" for name, d in params.hidden_sizes.items())
+    facts = [
+        f"Models, smallest first: {models}.",
+        f"{len(loss)} checkpoints scored on {params.eval_tokens:,} tokens of corpus {params.corpus}.",
+        f"Scaling law (Fig. 1b): A = {fit['A']:.4g}, alpha = {fit['alpha']:.4g} ({fit['source']}), "
+        f"B = {fit['B']:.4g}, beta = {fit['beta']:.3g}, E = {fit['E']:.4g}; " + shortfalls(fit),
+        f"Config sha256 {params.config_sha256[:12]}.",
+    ]
+    log.info("key numbers:\n%s\ncompared with the paper:\n%s", numbers.to_string(), comparison.to_string())
+    with atomic_path(snakemake.output.html) as tmp:
+        Path(tmp).write_text(summary_page("lmsat: run summary", facts, numbers, comparison, paper["source"]),
+                             encoding="utf-8")
+    with atomic_path(snakemake.output.comparison) as tmp:
+        with_provenance(comparison, params.config_sha256).to_csv(tmp, index=False)
+
+
+if __name__ == "__main__":
+    main(snakemake)  # noqa: F821 (injected by Snakemake's script directive)
