@@ -208,6 +208,7 @@ def extract_to_cache(model, tokens: np.ndarray, out_path, *, identity: dict, set
     `chunk_<first sequence>.done` file; a rerun after a kill reopens it and skips the marked
     chunks. When all are there, `complete` is set and the file is renamed into place. The
     same creation and the same in-place writes give the same bytes, resumed or not.
+    Returns the seconds spent in the forward (up to the host copy) and in the writes.
     """
     out_path = Path(out_path)
     parts = out_path.with_name(out_path.name + ".parts")
@@ -233,16 +234,19 @@ def extract_to_cache(model, tokens: np.ndarray, out_path, *, identity: dict, set
     if done:
         log.info("resuming %s: %d of %d chunks already done", out_path, len(done), len(starts))
     clock, computed, pinned = time.perf_counter(), 0, {}
+    seconds = dict(forward=0.0, write=0.0)  # returned: the two phases of the job's extraction
     try:
         for i, start in enumerate(starts):
             if start in done:
                 continue
             block = tokens[start : start + settings.chunk_sequences]
+            tick = time.perf_counter()
             arrays = _extract_chunk(model, block, start * seq_len, index, settings, device, check_head=(start == 0), pinned=pinned)
             if not arrays["finite"]:
                 raise CacheError(
                     f"the forward of {identity.get('model')}@{identity.get('revision')} gave non-finite loss or hidden"
                 )
+            tock = time.perf_counter()
             if f is None:
                 _create_partial(partial, arrays, n_seq, seq_len, index, identity, settings)
                 f = h5py.File(partial, "r+")
@@ -255,6 +259,8 @@ def extract_to_cache(model, tokens: np.ndarray, out_path, *, identity: dict, set
                 f["layers"][:, first : first + int(in_chunk.sum())] = arrays["layers"]
             f.flush()
             marker(start).touch()
+            seconds["forward"] += tock - tick  # forward, losses, gathers, host copy (synced)
+            seconds["write"] += time.perf_counter() - tock
             computed += block.size
             rate = computed / (time.perf_counter() - clock)
             remaining = (n_seq - start - block.shape[0]) * seq_len / rate
@@ -265,7 +271,8 @@ def extract_to_cache(model, tokens: np.ndarray, out_path, *, identity: dict, set
             f.close()
     partial.replace(out_path)
     shutil.rmtree(parts)
-    log.info("wrote %s (%d tokens)", out_path, n_seq * seq_len)
+    log.info("wrote %s (%d tokens): forward %.2f s, writes %.2f s", out_path, n_seq * seq_len, seconds["forward"], seconds["write"])
+    return seconds
 
 
 def open_cache(path, expect: dict | None = None) -> h5py.File:

@@ -11,6 +11,7 @@ small models, so one job per checkpoint does both.
 """
 
 import logging
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
@@ -53,7 +54,15 @@ def write_weights(output, spectrum: dict, arrays: dict, shape: dict, record: dic
     write_attention(output.attention, arrays, shape, record, spectrum["hidden_size"])
 
 
-def main(snakemake):
+def _now(device) -> float:
+    """Wall clock after the device's queued work (phase times are then the device's too)."""
+    if str(device).startswith("cuda"):
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
+def main(snakemake) -> dict:
+    """Run the job; returns the seconds of its phases (logged too; benchmarks/checkpoint_job.py)."""
     setup_logging(snakemake.log[0])
     params, revision = snakemake.params, snakemake.wildcards.revision
     torch.set_num_threads(params.threads)
@@ -64,15 +73,24 @@ def main(snakemake):
         seed=params.seed,
     )
     device = resolve_device(params.device)
+    seconds, start = {}, _now(device)
     # The checkpoint's own dtype ("auto"): the weight analyses see the stored values; the
     # one cast below, on the device, equals loading in the forward dtype.
     lm = load_causal_lm(entry, revision, dtype="auto", device=device)
+    seconds["load"], start = _now(device) - start, _now(device)
     with ThreadPoolExecutor(max_workers=2) as pool:  # the two weight hashes, beside the forward
         spectrum, arrays, shape = analyse_weights(lm, entry, revision, params, pool)
+        seconds["weights"], start = _now(device) - start, _now(device)
         lm = lm.to(dtype=getattr(torch, settings.dtype))
+        seconds["cast"], start = _now(device) - start, _now(device)
         identity = dict(model=entry.name, revision=revision, model_id=entry.id, sample_sha256=sample["sha256"])
-        extract_to_cache(lm, tokens, snakemake.output.cache, identity=identity, settings=settings, device=device)
-        write_weights(snakemake.output, spectrum, arrays, shape, params.record)
+        extracted = extract_to_cache(lm, tokens, snakemake.output.cache, identity=identity, settings=settings, device=device)
+        seconds.update(forward=extracted["forward"], cache_write=extracted["write"])
+        seconds["extract_other"], start = _now(device) - start - sum(extracted.values()), _now(device)
+        write_weights(snakemake.output, spectrum, arrays, shape, params.record)  # waits for the hashes
+        seconds["weights_write"] = _now(device) - start
+    log.info("%s@%s: seconds per phase %s", entry.name, revision, {k: round(v, 3) for k, v in seconds.items()})
+    return seconds
 
 
 if __name__ == "__main__":
