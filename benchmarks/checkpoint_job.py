@@ -93,6 +93,7 @@ def build_checkpoint(shape: str, directory: Path) -> Path:
         else:
             tensors[name] = (torch.randn(size, generator=generator) * 0.02).to(torch.float16)
     path.mkdir(parents=True, exist_ok=True)
+    tensors["embed_out.weight"] = tensors.pop("lm_head.weight", tensors.get("embed_out.weight"))  # Pythia's file key
     save_file(tensors, path / "model.safetensors", metadata={"format": "pt"})
     config.save_pretrained(path)
     return path
@@ -132,7 +133,8 @@ def child_peers(checkpoint: str, cache: str, args) -> dict:
     from lmsat.spectra import singular_values
 
     with safe_open(str(Path(checkpoint) / "model.safetensors"), "pt") as f:
-        head = f.get_tensor("embed_out.weight")  # (V, d) float16, as stored
+        key = "embed_out.weight" if "embed_out.weight" in f.keys() else "lm_head.weight"
+        head = f.get_tensor(key)  # (V, d) float16, as stored
     sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
     result = {}
     device_head = head.to(args.device)
