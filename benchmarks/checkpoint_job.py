@@ -347,6 +347,7 @@ def main() -> None:
     parser.add_argument("--sequences", type=int, help="sample sequences (default: config/pythia.yaml's 25)")
     parser.add_argument("--seq-len", type=int, default=2048)
     parser.add_argument("--compare-old", action="store_true", help=f"also time commit {OLD_COMMIT}'s weight analyses")
+    parser.add_argument("--only-compare", action="store_true", help="skip the job and its limit: --compare-old/--peers only")
     parser.add_argument("--peers", action="store_true", help="also time WeightWatcher and IsoScore (if importable)")
     parser.add_argument("--workdir", type=Path, help="where checkpoints are built and kept (default: a temp dir)")
     parser.add_argument("--base-mb", type=int, default=8000)
@@ -392,6 +393,9 @@ def main() -> None:
     out = Path(tempfile.mkdtemp(prefix="job_", dir=workdir))
     child = lambda *a, **k: run_child(*a, "--args-json", shared, **k)  # noqa: E731
 
+    if args.only_compare:
+        args.peers = False  # the peers read the job's cache
+        return compare_old(args, child, checkpoint, workdir, env)
     _, start_python = child("start", env=env)
     read = read_bytes(checkpoint / "model.safetensors")
     forward, _ = child("forward", str(checkpoint), env=env)
@@ -445,15 +449,25 @@ def main() -> None:
             print(f"  IsoScore: {peers['isoscore']}")
 
     if args.compare_old:
-        new, _ = child("weights", str(checkpoint), env=env)
-        old_env = dict(os.environ, PYTHONPATH=str(old_source(workdir)))
-        old, _ = child("old", str(checkpoint), env=old_env)
-        print(f"\nweight analyses, head spectrum + attention + both hashes, each after its own load:")
-        print(f"  old ({OLD_COMMIT}, float32 model on the CPU, numpy float64 QR): {old['with_hashes']:8.2f} s   ({old['lmsat']})")
-        print(f"  new ({args.device}, checkpoint dtype, torch float64 Grams):       {new['with_hashes']:8.2f} s"
-              f"   (analyses {new['analyses']:.2f} s + hash wait)")
-        print(f"  ratio old / new {old['with_hashes'] / new['with_hashes']:.1f}x   (target >= 10 on a CPU at 1.4b)")
-        print(f"  same numbers: head s_1 {old['s1']:.6g} vs {new['s1']:.6g}, qk s_1 {old['qk_s1']:.6g} vs {new['qk_s1']:.6g}")
+        compare_old(args, child, checkpoint, workdir, env)
+
+
+def compare_old(args, child, checkpoint: Path, workdir: Path, env: dict) -> None:
+    """Commit d5aea3a's weight analyses beside the job's, each in a fresh process after its load."""
+    before, _ = child("weights", str(checkpoint), env=env)  # new before and after old: drift of a shared machine shows
+    old_env = dict(os.environ, PYTHONPATH=str(old_source(workdir)))
+    old, _ = child("old", str(checkpoint), env=old_env)
+    after, _ = child("weights", str(checkpoint), env=env)
+    new = max(before, after, key=lambda r: r["with_hashes"])  # the slower of the two, to be conservative
+    print(f"\nnew weight analyses before / after the old ones: {before['with_hashes']:.2f} s / {after['with_hashes']:.2f} s")
+    print(f"weight analyses, head spectrum + attention + both hashes, each after its own load:")
+    print(f"  old ({OLD_COMMIT}, float32 model on the CPU, numpy float64 QR): {old['with_hashes']:8.2f} s   ({old['lmsat']})")
+    print(f"  new ({args.device}, checkpoint dtype, torch float64 Grams):       {new['with_hashes']:8.2f} s"
+          f"   (analyses {new['analyses']:.2f} s + hash wait)")
+    print(f"  ratio old / new {old['with_hashes'] / new['with_hashes']:.1f}x   (target >= 10 on a CPU at 1.4b)")
+    print(f"  same numbers: head s_1 {old['s1']:.6g} vs {new['s1']:.6g}, qk s_1 {old['qk_s1']:.6g} vs {new['qk_s1']:.6g}")
+
+
 
 
 PHASES = ("load", "weights", "cast", "forward", "cache_write", "extract_other", "weights_write")
