@@ -203,7 +203,7 @@ def _job_namespace(checkpoint: Path, out: Path, sample: Path, args) -> object:
             extraction=args.extraction,
             device=args.device,
             seed=0,
-            threads=os.cpu_count(),
+            threads=args.threads,
         ),
     )
 
@@ -277,7 +277,7 @@ def child_forward(checkpoint: str, args) -> dict:
     import torch
     from transformers import AutoModelForCausalLM
 
-    torch.set_num_threads(os.cpu_count())
+    torch.set_num_threads(args.threads)
     dtype = getattr(torch, args.extraction["dtype"])
     device_map = None if args.device == "cpu" else args.device
     lm = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=dtype, device_map=device_map).eval()
@@ -350,6 +350,8 @@ def main() -> None:
     parser.add_argument("--only-compare", action="store_true", help="skip the job and its limit: --compare-old/--peers only")
     parser.add_argument("--peers", action="store_true", help="also time WeightWatcher and IsoScore (if importable)")
     parser.add_argument("--workdir", type=Path, help="where checkpoints are built and kept (default: a temp dir)")
+    parser.add_argument("--threads", type=int, default=os.cpu_count(),
+                        help="CPU threads of every child (torch and BLAS); 1 is robust on a shared machine")
     parser.add_argument("--base-mb", type=int, default=8000)
     parser.add_argument("--child", nargs="*", help=argparse.SUPPRESS)
     parser.add_argument("--args-json", help=argparse.SUPPRESS)
@@ -373,8 +375,9 @@ def main() -> None:
         args.sequences = -(-sample_config["n_tokens"] // sample_config["seq_len"])
     args.extraction = extraction
     shared = json.dumps(dict(extraction=extraction, shape=args.shape, device=args.device, sequences=args.sequences,
-                             seq_len=args.seq_len))
-    env = dict(os.environ, PYTHONPATH=f"{ROOT / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+                             seq_len=args.seq_len, threads=args.threads))
+    threads = {k: str(args.threads) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
+    env = dict(os.environ, **threads, PYTHONPATH=f"{ROOT / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="checkpoint_job_"))
     workdir.mkdir(parents=True, exist_ok=True)
     print(f"shape {args.shape} ({n_parameters(args.shape) / 1e9:.2f} B parameters), device {args.device}, "
@@ -455,7 +458,7 @@ def main() -> None:
 def compare_old(args, child, checkpoint: Path, workdir: Path, env: dict) -> None:
     """Commit d5aea3a's weight analyses beside the job's, each in a fresh process after its load."""
     before, _ = child("weights", str(checkpoint), env=env)  # new before and after old: drift of a shared machine shows
-    old_env = dict(os.environ, PYTHONPATH=str(old_source(workdir)))
+    old_env = dict(env, PYTHONPATH=str(old_source(workdir)))
     old, _ = child("old", str(checkpoint), env=old_env)
     after, _ = child("weights", str(checkpoint), env=env)
     new = max(before, after, key=lambda r: r["with_hashes"])  # the slower of the two, to be conservative
