@@ -151,3 +151,12 @@ def test_cholesky_path_matches_float64_qr_on_ill_conditioned_and_rank_deficient_
     got_torch = product_singular_values(torch.from_numpy(a).to(torch.float32), torch.from_numpy(b).to(torch.float32))
     ref_32 = product_singular_values(torch.from_numpy(a).float().double(), torch.from_numpy(b).float().double())
     np.testing.assert_array_equal(got_torch, ref_32)  # any input dtype is upcast to float64 first
+
+
+def test_nan_or_inf_in_a_factor_raises():
+    a, b = np.ones((2, 8, 2)), np.ones((2, 8, 2))
+    for bad in (np.nan, np.inf, -np.inf):
+        broken = a.copy()
+        broken[1, 3, 0] = bad
+        with pytest.raises(ValueError, match="NaN/Inf"):
+            factor_metrics(broken, b)

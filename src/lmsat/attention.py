@@ -107,10 +107,10 @@ def factor_arrays(a, b) -> dict[str, torch.Tensor]:
     """
     a, b = _as_float64(a), _as_float64(b)
     _check_factors(a, b)
-    finite = torch.isfinite(a).all() & torch.isfinite(b).all()
     gram_a, gram_b = a.mT @ a, b.mT @ b  # (n, r, r)
     frob_a = gram_a.diagonal(dim1=-2, dim2=-1).sum(-1)  # ||A||_F^2 = tr(A^T A)
     frob_b = gram_b.diagonal(dim1=-2, dim2=-1).sum(-1)
+    finite = torch.isfinite(frob_a).all() & torch.isfinite(frob_b).all()  # a NaN/Inf entry reaches its norm
     gap_norm = torch.linalg.matrix_norm(gram_a - gram_b)  # (n,) Frobenius
     if a.shape[1] <= a.shape[2]:  # d <= r: no bottleneck to exploit, the product is small
         singular = torch.linalg.svdvals(a @ b.mT)
