@@ -113,17 +113,18 @@ def factor_arrays(a, b) -> dict[str, torch.Tensor]:
     finite = torch.isfinite(frob_a).all() & torch.isfinite(frob_b).all()  # a NaN/Inf entry reaches its norm
     gap_norm = torch.linalg.matrix_norm(gram_a - gram_b)  # (n,) Frobenius
     if a.shape[1] <= a.shape[2]:  # d <= r: no bottleneck to exploit, the product is small
-        singular = torch.linalg.svdvals(a @ b.mT)
+        singular = torch.linalg.svdvals(torch.nan_to_num(a @ b.mT))  # non-finite: reported via `finite`
     else:
-        lower_a, info_a = torch.linalg.cholesky_ex(gram_a)  # A^T A = L L^T, so R_a = L^T
-        lower_b, info_b = torch.linalg.cholesky_ex(gram_b)
+        # nan_to_num: factorisations of non-finite input fail; `finite` reports them instead
+        lower_a, info_a = torch.linalg.cholesky_ex(torch.nan_to_num(gram_a))  # A^T A = L L^T, so R_a = L^T
+        lower_b, info_b = torch.linalg.cholesky_ex(torch.nan_to_num(gram_b))
         core = lower_a.mT @ lower_b  # (n, r, r) = R_a R_b^T
         failed = (info_a != 0) | (info_b != 0)  # singular Gram: rank-deficient factor
         if failed.any():  # one host sync; rare outside constructed cases
-            r_a = torch.linalg.qr(a[failed], mode="r").R
-            r_b = torch.linalg.qr(b[failed], mode="r").R
+            r_a = torch.linalg.qr(torch.nan_to_num(a[failed]), mode="r").R
+            r_b = torch.linalg.qr(torch.nan_to_num(b[failed]), mode="r").R
             core[failed] = r_a @ r_b.mT
-        singular = torch.linalg.svdvals(core)
+        singular = torch.linalg.svdvals(torch.nan_to_num(core))
     return dict(singular_values=singular, frob_a=frob_a, frob_b=frob_b, gap_norm=gap_norm, finite=finite)
 
 
