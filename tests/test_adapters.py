@@ -368,12 +368,6 @@ def test_attention_factors_match_the_full_products_singular_values(family):
             assert np.isclose(m.stable_rank, (full**2).sum() / full[0] ** 2, rtol=1e-7)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="lmsat.cache reshapes every hidden state to the last one's width: OPT-350m's d-wide "
-    "layers become 2x as many PROJ-wide half-vectors, read at the wrong tokens (fixed with the "
-    "cache work of another issue)",
-)
 def test_cache_of_opt_project_out_stores_each_layer_at_its_tokens(tmp_path):
     """OPT-350m through the hidden-state cache: per-layer anisotropy from the cache equals the
     float64 brute force over the model's own hidden states at the cached tokens."""

@@ -60,7 +60,7 @@ def test_killed_extraction_resumes_to_identical_file(tiny_neox, tokens, tmp_path
     with pytest.raises(KeyboardInterrupt):
         extract_to_cache(tiny_neox, tokens, out, identity=IDENTITY, settings=SETTINGS)
     assert not out.exists()  # nothing that looks complete
-    assert len(list((tmp_path / "c.h5.parts").glob("chunk_*.npz"))) == 2
+    assert len(list((tmp_path / "c.h5.parts").glob("chunk_*.done"))) == 2
 
     calls.clear()
     monkeypatch.setattr(cache_module, "_extract_chunk", lambda *a, **k: calls.append(1) or real_chunk(*a, **k))
@@ -70,6 +70,7 @@ def test_killed_extraction_resumes_to_identical_file(tiny_neox, tokens, tmp_path
     expected, _ = read_all(reference)
     for name in expected:
         assert np.array_equal(resumed[name], expected[name]), name
+    assert out.read_bytes() == reference.read_bytes()  # bit for bit
 
 
 def test_leftover_chunks_from_other_inputs_are_discarded(tiny_neox, tokens, tmp_path):
@@ -131,3 +132,31 @@ def test_a_head_that_does_not_read_the_last_hidden_state_is_refused(tiny_neox, t
     with torch.no_grad(), pytest.raises(RuntimeError, match="needs an adapter"):
         cache_module.forward_hidden_states(model, ids, check_head=True)
     assert len(cache_module.forward_hidden_states(tiny_neox, ids, check_head=True)) == 3  # embeddings + 2 layers
+
+
+def test_layers_of_a_model_with_narrower_last_state_keep_each_state_s_own_tokens(tokens, tmp_path):
+    """OPT-350m-like: 32-wide blocks, a 16-wide last state after project_out. Each state is
+    reshaped with its own width (the first ones are not half-vectors of other tokens) and
+    zero-padded to the widest, which leaves every cosine as it is."""
+    from transformers import OPTConfig, OPTForCausalLM
+
+    torch.manual_seed(0)
+    config = OPTConfig(
+        vocab_size=40, hidden_size=32, word_embed_proj_dim=16, num_hidden_layers=2, ffn_dim=48,
+        num_attention_heads=4, max_position_embeddings=64, do_layer_norm_before=False,
+        pad_token_id=1, bos_token_id=2, eos_token_id=2,
+    )
+    model = OPTForCausalLM(config).eval()
+    out = tmp_path / "c.h5"
+    extract_to_cache(model, tokens, out, identity=IDENTITY, settings=SETTINGS)
+    data, attrs = read_all(out)
+    with torch.no_grad():
+        states = model(torch.as_tensor(tokens, dtype=torch.long), output_hidden_states=True).hidden_states
+    widths = [h.shape[-1] for h in states]
+    assert widths[0] == 32 and widths[-1] == 16  # the case under test
+    assert data["layers"].shape == (3, 50, 32) and attrs["hidden_size"] == 16
+    for i, h in enumerate(states):
+        flat = h.reshape(-1, h.shape[-1]).numpy()[data["layer_index"]]  # brute force, per state
+        np.testing.assert_allclose(data["layers"][i, :, : h.shape[-1]], flat, atol=1e-5, err_msg=f"state {i}")
+        assert not data["layers"][i, :, h.shape[-1] :].any()  # zero padding
+    np.testing.assert_allclose(data["hidden"], states[-1].reshape(-1, 16).numpy(), atol=1e-5)

@@ -372,9 +372,9 @@ def test_sigkilled_extraction_resumes_to_the_same_bytes(tiny_neox, tmp_path):
     np.save(tmp_path / "tokens.npy", tokens)
     out, parts = tmp_path / "cache.h5", tmp_path / "cache.h5.parts"
     killed = python(KILLED_EXTRACTION, tmp_path / "model", tmp_path / "tokens.npy", out, 0.3, tmp_path=tmp_path)
-    kill_when(killed, lambda: len(list(parts.glob("chunk_*.npz"))) >= 2)
+    kill_when(killed, lambda: len(list(parts.glob("chunk_*.done"))) >= 2)
     assert not out.exists()  # nothing that looks complete
-    done = sorted(p.name for p in parts.glob("chunk_*.npz"))
+    done = sorted(p.name for p in parts.glob("chunk_*.done"))
 
     rerun = python(KILLED_EXTRACTION, tmp_path / "model", tmp_path / "tokens.npy", out, tmp_path / "fresh.h5", 0,
                    tmp_path=tmp_path)

@@ -109,3 +109,17 @@ def test_a_hub_tokenizer_is_retried_after_a_transient_fault(tmp_path, monkeypatc
     with pytest.raises(ModelLoadError, match="cannot load tokenizer words"):
         load_tokenizer(spec, "words", policy=RetryPolicy(attempts=3, first_wait_s=0.0, max_wait_s=0.0))
     assert len(calls) == 1  # a permanent error is not retried
+
+
+def test_auto_dtype_loads_the_stored_values_exactly(tiny_neox, tmp_path):
+    """The checkpoint job loads with dtype "auto": a float16 checkpoint stays float16 (the
+    stored bytes, which the weight hashes read), and one cast to float32 equals loading
+    in float32."""
+    import copy
+
+    copy.deepcopy(tiny_neox).half().save_pretrained(tmp_path / "step1")
+    stored = load_causal_lm(entry(tmp_path), "step1", dtype="auto")
+    as_float32 = load_causal_lm(entry(tmp_path), "step1", dtype="float32")
+    assert stored.dtype == torch.float16
+    for (name, a), (_, b) in zip(stored.float().state_dict().items(), as_float32.state_dict().items()):
+        assert torch.equal(a, b), name

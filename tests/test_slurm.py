@@ -129,7 +129,7 @@ class ExtractionKiller(threading.Thread):
     def run(self):
         while not self.stop.is_set() and self.killed is None:
             for parts in self.run_dir.glob("results/default/cache/*/*.h5.parts"):
-                if next(parts.glob("chunk_*.npz"), None) is not None:
+                if next(parts.glob("chunk_*.done"), None) is not None:
                     self.kill(parts)
                     break
             time.sleep(0.02)
@@ -138,7 +138,7 @@ class ExtractionKiller(threading.Thread):
         model, revision = parts.parent.name, parts.name.removesuffix(".h5.parts")
         comment = f"rule_analyse_checkpoint_wildcards_{model}_{revision}"
         running = [i for i, job in slurm_jobs().items() if job["comment"] == comment and job["state"] == "RUNNING"]
-        chunks = len(list(parts.glob("chunk_*.npz")))  # done before the kill: a lower bound
+        chunks = len(list(parts.glob("chunk_*.done")))  # done before the kill: a lower bound
         if len(running) != 1 or subprocess.run(["scancel", running[0]], capture_output=True).returncode:
             return  # not RUNNING yet, or already finished: try again
         # (a job cancelled while SIGSTOPped can stay STOPPED in squeue, which the executor

@@ -25,7 +25,10 @@ per-pair balance is not expected even at an optimum; the records are still per q
 
 Singular values of A B^T come from the QR factors, A = Q_a R_a, B = Q_b R_b, so
 A B^T = Q_a (R_a R_b^T) Q_b^T and the r x r core has the same singular values:
-O(d r^2) per head, never a d x d SVD.
+O(d r^2) per head, never a d x d SVD. R is the Cholesky factor of the Gram A^T A (which
+the balance gap needs anyway), computed in float64 for all heads of a layer at once with
+torch on the device the weights are on (GPU in the checkpoint job), and copied to the host
+once per model.
 
     records = attention_lowrank(model)   # list[AttentionRecord], one per (layer, head, kind)
 """
@@ -76,73 +79,128 @@ class AttentionRecord:
         }
 
 
-def _check_factors(a: np.ndarray, b: np.ndarray) -> None:
+def _as_float64(x) -> torch.Tensor:
+    """A float64 tensor on x's device (numpy arrays go to the CPU)."""
+    x = torch.as_tensor(x) if not isinstance(x, torch.Tensor) else x.detach()
+    return x.to(torch.float64)
+
+
+def _check_factors(a: torch.Tensor, b: torch.Tensor) -> None:
     if a.ndim != 3 or a.shape != b.shape:
         raise ValueError(
-            f"factors must both be (n, d, r) stacks of the same shape; got A {a.shape}, B {b.shape}."
+            f"factors must both be (n, d, r) stacks of the same shape; got A {tuple(a.shape)}, B {tuple(b.shape)}."
         )
-    if not (np.isfinite(a).all() and np.isfinite(b).all()):
-        raise ValueError("factors hold NaN/Inf: the checkpoint is broken.")
 
 
-def product_singular_values(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Singular values of A_i B_i^T for stacks A, B (n, d, r): (n, min(d, r)), descending."""
-    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+def factor_arrays(a, b) -> dict[str, torch.Tensor]:
+    """Spectra and norms of A_i B_i^T for stacks A, B (n, d, r), batched on their device.
+
+    -> {"singular_values": (n, min(d, r)) descending, "frob_a", "frob_b": (n,) ||A||_F^2,
+    ||B||_F^2, "gap_norm": (n,) ||A^T A - B^T B||_F, "finite": () bool}, all float64 on the
+    factors' device (no host sync: the caller checks `finite` once for many layers).
+
+    For d > r the r x r core R_a R_b^T of the QR factors has the product's singular values;
+    R comes from the Cholesky factor of the Gram, A^T A = R^T R (Cholesky QR), whose Grams
+    the balance gap needs anyway. Cost: two batched (r x d)(d x r) products per kind. The
+    singular values then match a float64 QR/SVD to about eps * cond(A) cond(B) * s_1
+    (absolute); a singular Gram (rank-deficient factor) falls back to Householder QR.
+    """
+    a, b = _as_float64(a), _as_float64(b)
     _check_factors(a, b)
+    gram_a, gram_b = a.mT @ a, b.mT @ b  # (n, r, r)
+    frob_a = gram_a.diagonal(dim1=-2, dim2=-1).sum(-1)  # ||A||_F^2 = tr(A^T A)
+    frob_b = gram_b.diagonal(dim1=-2, dim2=-1).sum(-1)
+    finite = torch.isfinite(frob_a).all() & torch.isfinite(frob_b).all()  # a NaN/Inf entry reaches its norm
+    gap_norm = torch.linalg.matrix_norm(gram_a - gram_b)  # (n,) Frobenius
     if a.shape[1] <= a.shape[2]:  # d <= r: no bottleneck to exploit, the product is small
-        return np.linalg.svd(a @ b.transpose(0, 2, 1), compute_uv=False)
-    r_a = np.linalg.qr(a, mode="r")  # (n, r, r)
-    r_b = np.linalg.qr(b, mode="r")
-    return np.linalg.svd(r_a @ r_b.transpose(0, 2, 1), compute_uv=False)
+        singular = torch.linalg.svdvals(torch.nan_to_num(a @ b.mT))  # non-finite: reported via `finite`
+    else:
+        # nan_to_num: factorisations of non-finite input fail; `finite` reports them instead
+        lower_a, info_a = torch.linalg.cholesky_ex(torch.nan_to_num(gram_a))  # A^T A = L L^T, so R_a = L^T
+        lower_b, info_b = torch.linalg.cholesky_ex(torch.nan_to_num(gram_b))
+        core = lower_a.mT @ lower_b  # (n, r, r) = R_a R_b^T
+        failed = (info_a != 0) | (info_b != 0)  # singular Gram: rank-deficient factor
+        if failed.any():  # one host sync; rare outside constructed cases
+            r_a = torch.linalg.qr(torch.nan_to_num(a[failed]), mode="r").R
+            r_b = torch.linalg.qr(torch.nan_to_num(b[failed]), mode="r").R
+            core[failed] = r_a @ r_b.mT
+        singular = torch.linalg.svdvals(torch.nan_to_num(core))
+    return dict(singular_values=singular, frob_a=frob_a, frob_b=frob_b, gap_norm=gap_norm, finite=finite)
 
 
-def factor_metrics(a: np.ndarray, b: np.ndarray) -> list[LowRankMetrics]:
-    """LowRankMetrics of A_i B_i^T for each pair in stacks A, B (n, d, r)."""
-    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+def metrics_from_arrays(singular: np.ndarray, frob_a: np.ndarray, frob_b: np.ndarray, gap_norm: np.ndarray) -> list[LowRankMetrics]:
+    """LowRankMetrics per pair from factor_arrays' host copies (numpy float64)."""
+    if frob_a.size and ((frob_a == 0) | (frob_b == 0)).any():
+        i = int(np.nonzero((frob_a == 0) | (frob_b == 0))[0][0])
+        raise ValueError(f"factor pair {i} has an all-zero factor: its product has no spectrum.")
+    return [
+        LowRankMetrics(
+            singular_values=s,
+            effective_rank=effective_rank(s),
+            stable_rank=stable_rank(s),
+            nuclear_norm=float(s.sum()),
+            nuclear_ratio=float(s.sum() / ((frob_a[i] + frob_b[i]) / 2)),
+            balance_gap=float(gap_norm[i] / frob_a[i]),
+        )
+        for i, s in enumerate(singular)
+    ]
+
+
+def _host(arrays: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
+    if not bool(arrays["finite"]):
+        raise ValueError("factors hold NaN/Inf: the checkpoint is broken.")
+    return {k: v.cpu().numpy() for k, v in arrays.items() if k != "finite"}
+
+
+def product_singular_values(a, b) -> np.ndarray:
+    """Singular values of A_i B_i^T for stacks A, B (n, d, r): (n, min(d, r)), descending."""
+    return _host(factor_arrays(a, b))["singular_values"]
+
+
+def factor_metrics(a, b) -> list[LowRankMetrics]:
+    """LowRankMetrics of A_i B_i^T for each pair in stacks A, B (n, d, r), numpy or torch."""
+    a, b = _as_float64(a), _as_float64(b)
     if a.ndim == 2:
         a, b = a[None], b[None]
-    singular = product_singular_values(a, b)  # (n, min(d, r))
-    frob_a = np.einsum("ndr,ndr->n", a, a)  # ||A||_F^2
-    frob_b = np.einsum("ndr,ndr->n", b, b)
-    gram_gap = a.transpose(0, 2, 1) @ a - b.transpose(0, 2, 1) @ b  # (n, r, r)
-    gap_norm = np.linalg.norm(gram_gap, axis=(1, 2))
-    metrics = []
-    for i, s in enumerate(singular):
-        if frob_a[i] == 0 or frob_b[i] == 0:
-            raise ValueError(f"factor pair {i} has an all-zero factor: its product has no spectrum.")
-        metrics.append(
-            LowRankMetrics(
-                singular_values=s,
-                effective_rank=effective_rank(s),
-                stable_rank=stable_rank(s),
-                nuclear_norm=float(s.sum()),
-                nuclear_ratio=float(s.sum() / ((frob_a[i] + frob_b[i]) / 2)),
-                balance_gap=float(gap_norm[i] / frob_a[i]),
-            )
-        )
-    return metrics
+    host = _host(factor_arrays(a, b))
+    return metrics_from_arrays(host["singular_values"], host["frob_a"], host["frob_b"], host["gap_norm"])
 
 
-def _float64(tensor: torch.Tensor) -> np.ndarray:
-    return tensor.detach().to(device="cpu", dtype=torch.float64).numpy()
-
-
-def qk_vo_factors(model: torch.nn.Module, layer: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """{"qk": (A, B), "vo": (A, B)} for block `layer`, stacks (n_heads, d, d_head), float64."""
+def qk_vo_factors(model: torch.nn.Module, layer: int) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """{"qk": (A, B), "vo": (A, B)} for block `layer`, stacks (n_heads, d, d_head), float64 on
+    the model's device (views cast there: no host copy)."""
     heads = attention_heads(model, layer)
-    q, k, v, o = (_float64(w) for w in (heads.q, heads.k, heads.v, heads.o))
+    q, k, v, o = (w.to(torch.float64) for w in (heads.q, heads.k, heads.v, heads.o))
     return {
-        "qk": (q.transpose(0, 2, 1), k.transpose(0, 2, 1)),  # A = q^T, B = k^T
-        "vo": (o, v.transpose(0, 2, 1)),  # A = o, B = v^T
+        "qk": (q.mT, k.mT),  # A = q^T, B = k^T
+        "vo": (o, v.mT),  # A = o, B = v^T
     }
+
+
+@torch.no_grad()
+def attention_factor_arrays(model: torch.nn.Module, layers: list[int] | None = None) -> dict[str, dict[str, np.ndarray]]:
+    """factor_arrays of every head, per kind, stacked over `layers` (default: all) on the
+    model's device and copied to the host once: {kind: {name: (n_layers, n_heads[, w])}}."""
+    per_kind: dict[str, list[dict[str, torch.Tensor]]] = {}
+    for layer in range(num_layers(model)) if layers is None else layers:
+        for kind, (a, b) in qk_vo_factors(model, layer).items():
+            per_kind.setdefault(kind, []).append(factor_arrays(a, b))
+    stacked = {}
+    for kind, rows in per_kind.items():
+        stacked[kind] = _host({k: torch.stack([row[k] for row in rows]) for k in rows[0]} | {
+            "finite": torch.stack([row["finite"] for row in rows]).all()
+        })
+    return stacked
 
 
 @torch.no_grad()
 def attention_lowrank(model: torch.nn.Module, layers: list[int] | None = None) -> list[AttentionRecord]:
     """AttentionRecord per (layer, kind, head) for `layers` (default: all), ordered that way."""
+    layers = list(range(num_layers(model))) if layers is None else list(layers)
+    arrays = attention_factor_arrays(model, layers)
     records = []
-    for layer in range(num_layers(model)) if layers is None else layers:
-        for kind, (a, b) in qk_vo_factors(model, layer).items():
-            for head, metrics in enumerate(factor_metrics(a, b)):
-                records.append(AttentionRecord(layer=layer, head=head, kind=kind, metrics=metrics))
+    for i, layer in enumerate(layers):
+        for kind, host in arrays.items():
+            per_head = metrics_from_arrays(*(host[k][i] for k in ("singular_values", "frob_a", "frob_b", "gap_norm")))
+            records.extend(AttentionRecord(layer=layer, head=h, kind=kind, metrics=m) for h, m in enumerate(per_head))
     return records

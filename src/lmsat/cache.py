@@ -4,16 +4,21 @@ Layout of `results/cache/{model}/{revision}.h5`:
 
     loss         (n_seq, seq_len - 1) float32  per-token cross-entropy (nats)
     hidden       (n_seq * seq_len, d)          last layer, post final norm (the head's input)
-    layers       (n_layers + 1, k, d)          every hidden_states entry at k sampled tokens
+    layers       (n_layers + 1, k, w)          every hidden_states entry at k sampled tokens
+                                               (w: the widest state, narrower ones zero-padded)
     layer_index  (k,) int64                    flat token positions of that subsample
     attrs        model, revision, model_id, dtype, storage_dtype, sample_sha256,
                  n_seq, seq_len, hidden_size, n_layers, versions (JSON), complete
 
-Extraction is resumable: each chunk of sequences is saved atomically under
-`<file>.parts/` as soon as it is computed, and a rerun after a kill skips the chunks that
-are there. Only when all chunks exist is the HDF5 file assembled under a temp name and
-renamed, so a file under the final name is always complete. Chunks are fixed by the
-config, so a resumed run gives the same bytes as an uninterrupted one.
+Extraction is resumable and writes the data once: the file is created under
+`<file>.parts/cache.h5` with its datasets allocated, each chunk of sequences is written in
+place as soon as it is computed and marked done (`chunk_<first>.done`), and a rerun after a
+kill skips the marked chunks. Only when all chunks are there is `complete` set and the file
+renamed, so a file under the final name is always complete. Chunks are fixed by the config,
+so a resumed run gives the same bytes as an uninterrupted one.
+
+`layers` holds every hidden state at its own width, zero-padded to the widest (OPT-350m:
+1024-wide blocks, a 512-wide last state after `project_out`); padding changes no cosine.
 """
 
 from __future__ import annotations
@@ -99,13 +104,35 @@ def _token_losses(head, hidden, targets):
     return torch.cat(losses)
 
 
-def _extract_chunk(model, tokens: np.ndarray, first_flat: int, index: np.ndarray, settings, device, check_head: bool):
-    """Forward one chunk of sequences. tokens: (c, L) -> dict of numpy arrays."""
+def _to_host(tensors: dict, pinned: dict) -> dict:
+    """numpy copies of device tensors: one copy each into pinned host memory (reused across
+    chunks of the same shape), a single sync. CPU tensors are viewed, not copied."""
+    import torch
+
+    if all(t.device.type == "cpu" for t in tensors.values()):
+        return {k: t.numpy() for k, t in tensors.items()}
+    host = {}
+    for key, tensor in tensors.items():
+        if key not in pinned or pinned[key].shape != tensor.shape or pinned[key].dtype != tensor.dtype:
+            pinned[key] = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+        host[key] = pinned[key].copy_(tensor, non_blocking=True)
+    torch.cuda.synchronize(next(iter(tensors.values())).device)
+    return {k: t.numpy() for k, t in host.items()}
+
+
+def _extract_chunk(model, tokens: np.ndarray, first_flat: int, index: np.ndarray, settings, device, check_head: bool, pinned=None):
+    """Forward one chunk of sequences. tokens: (c, L) -> dict of numpy arrays (and "finite").
+
+    Everything up to the host copy runs on `device`: the cast to the storage dtype, the
+    gather of the layer subsample (each hidden state reshaped with its own width, narrower
+    ones zero-padded to the widest: cosines are unchanged), the finiteness check; then one
+    copy per array to pinned host memory.
+    """
     import torch
 
     head = model.get_output_embeddings()
     c, seq_len = tokens.shape
-    storage = getattr(np, settings.storage_dtype)
+    storage = getattr(torch, settings.storage_dtype)
     losses, hiddens, layers = [], [], []
     for b in range(0, c, settings.batch_size):
         ids = torch.as_tensor(tokens[b : b + settings.batch_size], dtype=torch.long, device=device)  # (b, L)
@@ -114,82 +141,39 @@ def _extract_chunk(model, tokens: np.ndarray, first_flat: int, index: np.ndarray
             last = hidden_states[-1]  # (b, L, d), post final norm
             d = last.shape[-1]
             loss = _token_losses(head, last[:, :-1].reshape(-1, d), ids[:, 1:].reshape(-1))
-            losses.append(loss.reshape(ids.shape[0], seq_len - 1).cpu().numpy())
-            hiddens.append(last.reshape(-1, d).float().cpu().numpy().astype(storage, copy=False))
+            losses.append(loss.reshape(ids.shape[0], seq_len - 1))
+            hiddens.append(last.reshape(-1, d).to(storage))
             lo = first_flat + b * seq_len
             local = index[(index >= lo) & (index < lo + ids.numel())] - lo
             pos = torch.as_tensor(local, device=device)
-            layers.append(torch.stack([h.reshape(-1, d)[pos] for h in hidden_states]).float().cpu().numpy())
-    return dict(
-        loss=np.concatenate(losses).astype(np.float32),
-        hidden=np.concatenate(hiddens),
-        layers=np.concatenate(layers, axis=1).astype(storage, copy=False),
-    )
+            width = max(h.shape[-1] for h in hidden_states)
+            rows = torch.zeros(len(hidden_states), len(local), width, dtype=storage, device=device)  # (n_layers + 1, k_b, w)
+            for i, h in enumerate(hidden_states):
+                rows[i, :, : h.shape[-1]] = h.reshape(-1, h.shape[-1])[pos].to(storage)  # own width: (b L, w_i)
+            layers.append(rows)
+    arrays = dict(loss=torch.cat(losses).float(), hidden=torch.cat(hiddens), layers=torch.cat(layers, dim=1))
+    finite = bool(torch.isfinite(arrays["loss"]).all() & torch.isfinite(arrays["hidden"]).all())
+    return {**_to_host(arrays, {} if pinned is None else pinned), "finite": finite}
 
 
-def _save_chunk(path: Path, arrays: dict) -> None:
-    with atomic_path(path) as tmp:
-        with open(tmp, "wb") as handle:
-            np.savez(handle, **arrays)
+def _early_allocated():
+    """Dataset creation property list: contiguous storage allocated at creation, never
+    filled, so each chunk's write only touches its own bytes (no metadata changes)."""
+    dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+    dcpl.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
+    dcpl.set_fill_time(h5py.h5d.FILL_TIME_NEVER)
+    return dcpl
 
 
-def _load_chunk(path: Path) -> dict | None:
-    try:
-        with np.load(path) as data:
-            return {k: data[k] for k in data.files}
-    except Exception as error:  # a chunk torn by a crash: recompute it
-        log.warning("chunk %s is unreadable (%s); recomputing it", path, error)
-        return None
-
-
-def extract_to_cache(model, tokens: np.ndarray, out_path, *, identity: dict, settings: ExtractionSettings, device="cpu"):
-    """Forward `tokens` (n_seq, seq_len) through `model` and write the cache file at `out_path`.
-
-    `identity` (model, revision, model_id, sample_sha256, ...) is stored as attributes and
-    decides whether leftover chunks of an earlier, killed run can be reused.
-    """
-    out_path = Path(out_path)
-    parts = out_path.with_name(out_path.name + ".parts")
-    n_seq, seq_len = tokens.shape
-    index = layer_sample_index(n_seq * seq_len, settings.layer_sample, settings.seed)
-    meta = {**identity, **asdict(settings), "format_version": FORMAT_VERSION, "shape": [n_seq, seq_len]}
-    meta_path = parts / "meta.json"
-    if parts.exists() and (not meta_path.exists() or json.loads(meta_path.read_text()) != meta):
-        log.warning("discarding partial chunks in %s: they were made from other inputs or settings", parts)
-        shutil.rmtree(parts)
-    parts.mkdir(parents=True, exist_ok=True)
-    if not meta_path.exists():
-        with atomic_path(meta_path) as tmp:
-            tmp.write_text(json.dumps(meta))
-
-    starts = list(range(0, n_seq, settings.chunk_sequences))
-    done = [s for s in starts if (parts / f"chunk_{s:07d}.npz").exists()]
-    if done:
-        log.info("resuming %s: %d of %d chunks already done", out_path, len(done), len(starts))
-    clock, computed = time.perf_counter(), 0
-    chunks = []
-    for i, start in enumerate(starts):
-        path = parts / f"chunk_{start:07d}.npz"
-        arrays = _load_chunk(path) if path.exists() else None
-        if arrays is None:
-            block = tokens[start : start + settings.chunk_sequences]
-            arrays = _extract_chunk(model, block, start * seq_len, index, settings, device, check_head=(start == 0))
-            _save_chunk(path, arrays)
-            computed += block.size
-            rate = computed / (time.perf_counter() - clock)
-            remaining = (n_seq - start - block.shape[0]) * seq_len / rate
-            log.info("chunk %d/%d: %.0f tokens/s, about %.0f s left", i + 1, len(starts), rate, remaining)
-        chunks.append(arrays)
-
-    d = chunks[0]["hidden"].shape[1]
-    hidden = np.concatenate([c["hidden"] for c in chunks])
-    for name, values in (("hidden", hidden), ("loss", np.concatenate([c["loss"] for c in chunks]))):
-        if not np.isfinite(values).all():
-            raise CacheError(f"the forward of {identity.get('model')}@{identity.get('revision')} gave non-finite {name}")
-    with atomic_path(out_path) as tmp, h5py.File(tmp, "w") as f:
-        f.create_dataset("loss", data=np.concatenate([c["loss"] for c in chunks]))
-        f.create_dataset("hidden", data=hidden, chunks=(min(len(hidden), max(1, 2**20 // d)), d))
-        f.create_dataset("layers", data=np.concatenate([c["layers"] for c in chunks], axis=1))
+def _create_partial(path: Path, first: dict, n_seq: int, seq_len: int, index: np.ndarray, identity: dict, settings) -> None:
+    """The cache file with every dataset allocated and every attribute set (complete=False),
+    from the shapes of the first computed chunk; chunks are then written in place."""
+    d = first["hidden"].shape[1]
+    n_states, _, width = first["layers"].shape
+    with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
+        f.create_dataset("loss", shape=(n_seq, seq_len - 1), dtype=np.float32, dcpl=_early_allocated())
+        f.create_dataset("hidden", shape=(n_seq * seq_len, d), dtype=first["hidden"].dtype, dcpl=_early_allocated())
+        f.create_dataset("layers", shape=(n_states, len(index), width), dtype=first["layers"].dtype, dcpl=_early_allocated())
         f.create_dataset("layer_index", data=index)
         f.attrs.update({k: v for k, v in identity.items() if v is not None})
         f.attrs.update(
@@ -198,13 +182,97 @@ def extract_to_cache(model, tokens: np.ndarray, out_path, *, identity: dict, set
             n_seq=n_seq,
             seq_len=seq_len,
             hidden_size=d,
-            n_layers=chunks[0]["layers"].shape[0] - 1,
+            n_layers=n_states - 1,
             versions=json.dumps(library_versions(), sort_keys=True),
             format_version=FORMAT_VERSION,
-            complete=True,
+            complete=False,  # set True in place once every chunk is written
         )
+
+
+def _open_partial(path: Path):
+    try:
+        return h5py.File(path, "r+")
+    except OSError as error:  # torn while being created: start over
+        log.warning("partial cache %s is unreadable (%s); recomputing it", path, error)
+        return None
+
+
+def extract_to_cache(model, tokens: np.ndarray, out_path, *, identity: dict, settings: ExtractionSettings, device="cpu"):
+    """Forward `tokens` (n_seq, seq_len) through `model` and write the cache file at `out_path`.
+
+    `identity` (model, revision, model_id, sample_sha256, ...) is stored as attributes and
+    decides whether leftover chunks of an earlier, killed run can be reused.
+
+    The file is written once: created under `<file>.parts/cache.h5` with its datasets
+    allocated, each chunk written in place and flushed, then marked done by an empty
+    `chunk_<first sequence>.done` file; a rerun after a kill reopens it and skips the marked
+    chunks. When all are there, `complete` is set and the file is renamed into place. The
+    same creation and the same in-place writes give the same bytes, resumed or not.
+    Returns the seconds spent in the forward (up to the host copy) and in the writes.
+    """
+    out_path = Path(out_path)
+    parts = out_path.with_name(out_path.name + ".parts")
+    partial = parts / "cache.h5"
+    n_seq, seq_len = tokens.shape
+    index = layer_sample_index(n_seq * seq_len, settings.layer_sample, settings.seed)
+    meta = {**identity, **asdict(settings), "format_version": FORMAT_VERSION, "shape": [n_seq, seq_len]}
+    meta_path = parts / "meta.json"
+    if parts.exists() and (not meta_path.exists() or json.loads(meta_path.read_text()) != meta):
+        log.warning("discarding partial chunks in %s: they were made from other inputs or settings", parts)
+        shutil.rmtree(parts)
+    starts = list(range(0, n_seq, settings.chunk_sequences))
+    marker = lambda start: parts / f"chunk_{start:07d}.done"  # noqa: E731
+    f = _open_partial(partial) if partial.exists() else None
+    if parts.exists() and f is None:  # markers without their file, or a torn file: start over
+        shutil.rmtree(parts)
+    parts.mkdir(parents=True, exist_ok=True)
+    if not meta_path.exists():
+        with atomic_path(meta_path) as tmp:
+            tmp.write_text(json.dumps(meta))
+
+    done = [s for s in starts if marker(s).exists()] if f is not None else []
+    if done:
+        log.info("resuming %s: %d of %d chunks already done", out_path, len(done), len(starts))
+    clock, computed, pinned = time.perf_counter(), 0, {}
+    seconds = dict(forward=0.0, write=0.0)  # returned: the two phases of the job's extraction
+    try:
+        for i, start in enumerate(starts):
+            if start in done:
+                continue
+            block = tokens[start : start + settings.chunk_sequences]
+            tick = time.perf_counter()
+            arrays = _extract_chunk(model, block, start * seq_len, index, settings, device, check_head=(start == 0), pinned=pinned)
+            if not arrays["finite"]:
+                raise CacheError(
+                    f"the forward of {identity.get('model')}@{identity.get('revision')} gave non-finite loss or hidden"
+                )
+            tock = time.perf_counter()
+            if f is None:
+                _create_partial(partial, arrays, n_seq, seq_len, index, identity, settings)
+                f = h5py.File(partial, "r+")
+            rows = slice(start * seq_len, start * seq_len + block.size)
+            in_chunk = (index >= rows.start) & (index < rows.stop)
+            f["loss"][start : start + block.shape[0]] = arrays["loss"]
+            f["hidden"][rows] = arrays["hidden"]
+            if in_chunk.any():
+                first = int(np.argmax(in_chunk))
+                f["layers"][:, first : first + int(in_chunk.sum())] = arrays["layers"]
+            f.flush()
+            marker(start).touch()
+            seconds["forward"] += tock - tick  # forward, losses, gathers, host copy (synced)
+            seconds["write"] += time.perf_counter() - tock
+            computed += block.size
+            rate = computed / (time.perf_counter() - clock)
+            remaining = (n_seq - start - block.shape[0]) * seq_len / rate
+            log.info("chunk %d/%d: %.0f tokens/s, about %.0f s left", i + 1, len(starts), rate, remaining)
+        f.attrs["complete"] = True
+    finally:
+        if f is not None:
+            f.close()
+    partial.replace(out_path)
     shutil.rmtree(parts)
-    log.info("wrote %s (%d tokens, d=%d)", out_path, n_seq * seq_len, d)
+    log.info("wrote %s (%d tokens): forward %.2f s, writes %.2f s", out_path, n_seq * seq_len, seconds["forward"], seconds["write"])
+    return seconds
 
 
 def open_cache(path, expect: dict | None = None) -> h5py.File:

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import json
 import logging
+from concurrent.futures import Future
 from pathlib import Path
 
 import h5py
@@ -92,21 +93,35 @@ def valid_head_rows(n_rows: int, tokenizer_size: int | None, drop_padding_rows: 
     return tokenizer_size
 
 
-def head_spectrum(model, tokenizer_size: int | None = None, drop_padding_rows: bool = True, tokenizer: str = "") -> dict:
+def head_spectrum(
+    model, tokenizer_size: int | None = None, drop_padding_rows: bool = True, tokenizer: str = "", pool=None
+) -> dict:
     """Singular values of the LM head (padding rows dropped, see valid_head_rows) and its identity.
 
-    head_sha256 hashes the whole head (padding included) in its loaded dtype, and
-    embedding_sha256 the input embedding (the same matrix when they are tied).
+    Computed on the device the model is on (float64 Gram there; only d values come back).
+    head_sha256 hashes the whole head (padding included) as loaded: the checkpoint's own
+    dtype in the checkpoint job, which loads with dtype "auto" (float16 for Pythia); before
+    that job loaded float32 and hashed float32 bytes, so hashes of files from those runs
+    differ from new ones for the same weights (compare within one run's files; rerun
+    analyse_checkpoint to mix). embedding_sha256 hashes the input embedding (the same matrix
+    when they are tied). With `pool` (an executor) the two hashes are Futures computed in
+    its threads, resolved by write_spectrum.
     """
     from lmsat.adapters import lm_head_matrix
-    from lmsat.spectra import matrix_sha256, singular_values
+    from lmsat.spectra import matrix_sha256, matrix_sha256_later, singular_values
 
     head = lm_head_matrix(model)  # (V, d), padding rows included
+    embedding = model.get_input_embeddings().weight
+    if pool is None:
+        hashes = dict(head_sha256=matrix_sha256(head), embedding_sha256=matrix_sha256(embedding))
+    else:
+        hashes = dict(
+            head_sha256=matrix_sha256_later(head, pool), embedding_sha256=matrix_sha256_later(embedding, pool)
+        )
     n_valid_rows = valid_head_rows(head.shape[0], tokenizer_size, drop_padding_rows, tokenizer)
     return dict(
         singular_values=singular_values(head, n_valid_rows=n_valid_rows),
-        head_sha256=matrix_sha256(head),
-        embedding_sha256=matrix_sha256(model.get_input_embeddings().weight),
+        **hashes,
         n_rows=int(head.shape[0]),
         n_valid_rows=int(n_valid_rows),
         hidden_size=int(head.shape[1]),
@@ -154,6 +169,7 @@ def _write(path, arrays: dict[str, np.ndarray], attrs: dict) -> None:
 def write_spectrum(path, spectrum: dict, record: dict, tokenizer_size: int | None) -> None:
     """The spectra file of one checkpoint; `spectrum` from head_spectrum, `record` its RECORD_KEYS."""
     attrs = {**{k: record[k] for k in RECORD_KEYS}, **{k: v for k, v in spectrum.items() if k != "singular_values"}}
+    attrs = {k: (v.result() if isinstance(v, Future) else v) for k, v in attrs.items()}  # hashes from a pool
     attrs["tokenizer_size"] = -1 if tokenizer_size is None else int(tokenizer_size)  # -1: unknown
     _write(path, {"singular_values": spectrum["singular_values"]}, attrs)
 

@@ -52,14 +52,20 @@ def _load_hint(model: ModelEntry, error: Exception) -> str:
 
 
 def load_causal_lm(model: ModelEntry, revision: str, *, dtype: str = "float32", device: str = "cpu"):
-    """The checkpoint `revision` of `model`, in eval mode on `device`."""
+    """The checkpoint `revision` of `model`, in eval mode on `device`.
+
+    dtype "auto" keeps the checkpoint's own dtype (its config's `dtype`: float16 for
+    Pythia), so the weights are exactly the stored ones. A non-CPU device gets the weights
+    straight from the (memory-mapped) files, with no full copy in host RAM.
+    """
     import torch
     from transformers import AutoModelForCausalLM
 
     if revision not in model.revisions:
         raise ModelLoadError(f"revision {revision!r} is not in the suite of model {model.name} ({model.key})")
     kwargs = dict(
-        dtype=getattr(torch, dtype),
+        dtype="auto" if dtype == "auto" else getattr(torch, dtype),
+        device_map=None if str(device) == "cpu" else str(device),
         use_safetensors=None if model.allow_pickle else True,
         trust_remote_code=model.trust_remote_code,
     )

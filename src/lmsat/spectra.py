@@ -6,8 +6,9 @@
     effective_rank(s), stable_rank(s)              # also used by lmsat.attention
 
 Singular values come from the eigenvalues of the small Gram matrix (W^T W, d x d for a tall
-V x d head), accumulated over row chunks in float64: O(V d^2) time and O(d^2) extra memory,
-no V x d float64 copy. The price of squaring: s_i is accurate to about eps * (s_1 / s_i)^2
+V x d head), accumulated over row chunks in float64 with torch on the device the head is on
+(the GPU in the checkpoint job): O(V d^2) time and O(d^2) extra memory, no V x d float64
+copy, no host copy of the weights. The price of squaring: s_i is accurate to about eps * (s_1 / s_i)^2
 relative (eps = 2.2e-16), so values below ~1e-7 s_1 are noise. LM heads have s_1 / s_d of
 10-1000; for pathological matrices use numpy.linalg.svd.
 
@@ -32,35 +33,46 @@ from collections.abc import Mapping
 import numpy as np
 
 
-def _to_numpy_float64(block) -> np.ndarray:
-    if hasattr(block, "detach"):  # torch tensor; numpy has no bfloat16, so upcast in torch
-        import torch
+def _as_tensor(matrix):
+    """A torch view of `matrix` (numpy arrays are wrapped, torch tensors stay on their device)."""
+    import torch
 
-        return block.detach().to(device="cpu", dtype=torch.float64).numpy()
-    return np.asarray(block, dtype=np.float64)
+    return matrix.detach() if isinstance(matrix, torch.Tensor) else torch.as_tensor(np.asarray(matrix))
 
 
-def gram_matrix(matrix, chunk_rows: int = 8192) -> np.ndarray:
-    """G = M^T M in float64, (d, d) for M (V, d), summed over row chunks of M."""
+def gram_matrix(matrix, chunk_rows: int = 8192):
+    """G = M^T M in float64, (d, d) torch tensor on M's device for M (V, d), summed over row
+    chunks of M (each cast to float64 there: no V x d float64 copy)."""
+    import torch
+
     if len(matrix.shape) != 2:
         raise ValueError(f"matrix must be 2-D (rows, cols); got shape {tuple(matrix.shape)}.")
+    matrix = _as_tensor(matrix)
     n_rows, n_cols = matrix.shape
-    gram = np.zeros((n_cols, n_cols))
+    gram = torch.zeros(n_cols, n_cols, dtype=torch.float64, device=matrix.device)
+    on_host = gram.device.type == "cpu"
     for start in range(0, n_rows, chunk_rows):
-        block = _to_numpy_float64(matrix[start : start + chunk_rows])  # (m, d)
-        if not np.isfinite(block).all():
-            row = start + int(np.nonzero(~np.isfinite(block).all(axis=1))[0][0])
-            raise ValueError(f"matrix has NaN/Inf (first in row {row}): the checkpoint is broken.")
-        gram += block.T @ block
+        block = matrix[start : start + chunk_rows].to(torch.float64)  # (m, d)
+        if on_host:  # numpy runs X^T X as a symmetric rank-k update: half the flops of a GEMM
+            rows = block.numpy()
+            gram.numpy()[...] += rows.T @ rows
+        else:
+            gram += block.T @ block
+    if not bool(torch.isfinite(gram.diagonal()).all()):  # a NaN/Inf entry reaches its column's G_jj
+        bad = ~torch.isfinite(matrix).all(dim=1)
+        raise ValueError(f"matrix has NaN/Inf (first in row {int(bad.nonzero()[0, 0])}): the checkpoint is broken.")
     return gram
 
 
 def singular_values(matrix, n_valid_rows: int | None = None, chunk_rows: int = 8192) -> np.ndarray:
-    """Singular values of a (V, d) matrix (numpy or torch), float64, descending.
+    """Singular values of a (V, d) matrix (numpy, or torch on any device), float64, descending.
 
-    n_valid_rows: keep only rows [0, n_valid_rows) (drop vocabulary padding); None keeps all.
-    Returns min(V', d) values, V' the rows kept.
+    The Gram and its eigenvalues are computed on the matrix's device; only the d values
+    come back to the host. n_valid_rows: keep only rows [0, n_valid_rows) (drop vocabulary
+    padding); None keeps all. Returns min(V', d) values, V' the rows kept.
     """
+    import torch
+
     if len(matrix.shape) != 2:
         raise ValueError(f"matrix must be 2-D (rows, cols); got shape {tuple(matrix.shape)}.")
     if n_valid_rows is not None:
@@ -69,9 +81,10 @@ def singular_values(matrix, n_valid_rows: int | None = None, chunk_rows: int = 8
                 f"n_valid_rows={n_valid_rows} must be in [1, {matrix.shape[0]}] (the matrix's rows)."
             )
         matrix = matrix[:n_valid_rows]
+    matrix = _as_tensor(matrix)
     if matrix.shape[0] < matrix.shape[1]:  # wide: the smaller Gram is M M^T
         matrix = matrix.T
-    eigenvalues = np.linalg.eigvalsh(gram_matrix(matrix, chunk_rows))  # ascending
+    eigenvalues = torch.linalg.eigvalsh(gram_matrix(matrix, chunk_rows)).cpu().numpy()  # ascending
     # Rounding can push eigenvalues of a PSD matrix slightly below 0: they are 0.
     return np.sqrt(np.clip(eigenvalues, 0.0, None))[::-1].copy()
 
@@ -137,6 +150,18 @@ def matrix_sha256(matrix) -> str:
     else:
         raw = np.ascontiguousarray(matrix).reshape(-1).view(np.uint8)
     return hashlib.sha256(memoryview(raw)).hexdigest()
+
+
+def matrix_sha256_later(matrix, pool):
+    """matrix_sha256 of `matrix` as a Future of `pool` (a concurrent.futures executor).
+
+    The host copy of a device tensor is taken now, in the tensor's own dtype (2 bytes a
+    value for a float16 checkpoint, no float64); hashlib releases the GIL, so the hashing
+    overlaps whatever the caller runs next (the forward, in the checkpoint job).
+    """
+    if hasattr(matrix, "detach"):
+        matrix = matrix.detach().to("cpu")
+    return pool.submit(matrix_sha256, matrix)
 
 
 def identical_heads(hashes: Mapping[str, str]) -> list[list[str]]:

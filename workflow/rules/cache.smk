@@ -22,7 +22,7 @@ rule analyse_checkpoint:
         "../../envs/lmsat.yaml"
     threads: CONFIG["threads"]
     resources:
-        mem_mb=lambda wildcards, attempt: model_mem_mb(
+        mem_mb=lambda wildcards, attempt: checkpoint_job_mem_mb(
             wildcards.model, CONFIG["extraction"]["mem_mb"], attempt
         ),
         runtime=lambda wildcards, attempt: CONFIG["extraction"]["runtime"] * attempt,
