@@ -463,7 +463,7 @@ def compare_old(args, child, checkpoint: Path, workdir: Path, env: dict) -> None
     after, _ = child("weights", str(checkpoint), env=env)
     new = max(before, after, key=lambda r: r["with_hashes"])  # the slower of the two, to be conservative
     print(f"\nnew weight analyses before / after the old ones: {before['with_hashes']:.2f} s / {after['with_hashes']:.2f} s")
-    print(f"weight analyses, head spectrum + attention + both hashes, each after its own load:")
+    print("weight analyses, head spectrum + attention + both hashes, each after its own load:")
     print(f"  old ({OLD_COMMIT}, float32 model on the CPU, numpy float64 QR): {old['with_hashes']:8.2f} s   ({old['lmsat']})")
     print(f"  new ({args.device}, checkpoint dtype, torch float64 Grams):       {new['with_hashes']:8.2f} s"
           f"   (analyses {new['analyses']:.2f} s + hash wait)")
