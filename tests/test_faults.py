@@ -44,7 +44,7 @@ import torch
 import yaml
 
 from lmsat import hub
-from lmsat.config import ConfigError, ModelEntry, config_sha256, load_plan
+from lmsat.config import ConfigError, ModelEntry, config_sha256, load_plan, load_yaml, result_config
 from lmsat.corpus import CorpusError, build_sample
 from lmsat.fetch import (
     FetchError,
@@ -625,8 +625,10 @@ def test_same_config_and_seed_give_identical_caches_and_tables(resumed_run, clea
         assert (first / record).read_text() == (second / record).read_text()
     a, b = (pd.read_csv(d / "results/default/tables/loss.csv") for d in (first, second))
     pd.testing.assert_frame_equal(a.drop(columns="config_sha256"), b.drop(columns="config_sha256"))
-    # the tables name the config that made them (the clean run kept its checkpoints: another config)
-    assert set(b["config_sha256"]) == {config_sha256(load_plan(config, SCHEMA).config)} != set(a["config_sha256"])
+    # the tables name the config that made them without its operational keys: the clean run
+    # kept its checkpoints (fetch.remove_after_use, operational), which changes no result
+    made_by = config_sha256(result_config(load_plan(config, SCHEMA).config, load_yaml(SCHEMA)))
+    assert set(b["config_sha256"]) == {made_by} == set(a["config_sha256"])
     assert {"torch_version", "transformers_version", "lmsat_version"} <= set(b.columns)
     assert b["torch_version"].iloc[0] == torch.__version__
 

@@ -40,7 +40,10 @@ REQUIRED = os.environ.get("LMSAT_SLURM") == "1" or os.environ.get("CI", "").lowe
 SNAKEMAKE = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile")]
 SLURM_PROFILES = ["--profile", str(ROOT / "profiles" / "slurm"), "--profile", str(ROOT / "profiles" / "slurm-test")]
 RUN_TIMEOUT_S = 900  # one workflow run; the whole module takes a few minutes on 2 cores
-N_SEQ, CHUNK = 256, 2  # eval sequences; sequences per cache chunk -> 128 chunks to interrupt
+# Eval sequences and sequences per cache chunk: 1024 chunks to interrupt. A chunk of the
+# tiny models takes ~4 ms (the cache is written in place), so fewer would let an extraction
+# finish between the killer seeing its first chunk and SLURM cancelling it.
+N_SEQ, CHUNK = 1024, 1
 # The stages run: every kind of job (toy build and training, extraction asking for a GPU,
 # weight analysis on CPU, grouped metric jobs, localrules) in 4 dependency levels. The whole
 # default DAG (Table 1, scaling law, rank heads, n-grams: ~55 jobs) takes 3x longer on 2
@@ -60,7 +63,9 @@ pytestmark = pytest.mark.skipif(
 
 def small_config() -> dict:
     """The default toy config, shrunk: 2 models x 2 revisions, a short sample and training."""
-    return small_toy_config(("toy-d16", "toy-d32"), n_seq=N_SEQ, chunk=CHUNK)
+    config = small_toy_config(("toy-d16", "toy-d32"), n_seq=N_SEQ, chunk=CHUNK)
+    config["toy"]["eval_tokens"] = 4 * N_SEQ * 32  # the sample's pool: pool_factor 2 x n_tokens, and margin
+    return config
 
 
 def run(args: list[str], cwd: Path, name: str = "snakemake", timeout: float = RUN_TIMEOUT_S):
@@ -119,7 +124,7 @@ def declared_localrules() -> set[str]:
 
 
 class ExtractionKiller(threading.Thread):
-    """Waits until an extraction job has saved its first cache chunk (of 128), then
+    """Waits until an extraction job has saved its first cache chunk (of N_SEQ // CHUNK), then
     `scancel`s it: it dies with most of its chunks still to compute."""
 
     def __init__(self, run_dir: Path):
@@ -136,7 +141,7 @@ class ExtractionKiller(threading.Thread):
 
     def kill(self, parts: Path):
         model, revision = parts.parent.name, parts.name.removesuffix(".h5.parts")
-        comment = f"rule_analyse_checkpoint_wildcards_{model}_{revision}"
+        comment = f"rule_analyse_checkpoint_wildcards_default_{model}_{revision}"  # run, model, revision
         running = [i for i, job in slurm_jobs().items() if job["comment"] == comment and job["state"] == "RUNNING"]
         chunks = len(list(parts.glob("chunk_*.done")))  # done before the kill: a lower bound
         if len(running) != 1 or subprocess.run(["scancel", running[0]], capture_output=True).returncode:
@@ -258,7 +263,7 @@ def test_killed_extraction_is_resubmitted_and_resumes_its_chunks(runs):
     assert killed is not None, "no extraction was caught mid-way (all finished before a chunk was seen)"
     assert runs["jobs"][killed["job_id"]]["state"] == "CANCELLED"
     attempts = sorted((runs["slurm_dir"] / "logs" / "slurm" / "rule_analyse_checkpoint"
-                       / f"{killed['model']}_{killed['revision']}").glob("*.log"), key=lambda p: int(p.stem))
+                       / f"default_{killed['model']}_{killed['revision']}").glob("*.log"), key=lambda p: int(p.stem))
     assert [p.stem for p in attempts][0] == killed["job_id"] and len(attempts) == 2, attempts
     retry = attempts[1].stem
     assert runs["jobs"][retry]["state"] == "COMPLETED"
