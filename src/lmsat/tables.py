@@ -9,7 +9,7 @@ from pathlib import Path
 import h5py
 import pandas as pd
 
-from lmsat.io import library_versions, source_sha256
+from lmsat.io import library_versions, read_json, source_sha256
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ def recorded_source(path) -> tuple[str, str, str]:
     """(model, revision, lmsat source hash) recorded in a per-checkpoint output: a JSON
     record or an HDF5 file (attributes); the hash is "" for a file from before it."""
     if Path(path).suffix == ".json":
-        record = json.loads(Path(path).read_text())
+        record = read_json(path)  # unreadable: a named error
         return record["model"], record["revision"], record.get("lmsat_source", "")
     with h5py.File(path, "r") as f:
         versions = json.loads(f.attrs.get("versions", "{}"))

@@ -74,10 +74,6 @@ wildcard_constraints:
     tokenizer=_alternatives(CONFIG["tokenizers"]),
 
 
-def uses_toy_suite():
-    return any(m.source == "toy" for m in MODELS.values())
-
-
 def checkpoint_files(pattern, **extra):
     """`pattern` formatted for every (model, revision) of the plan."""
     return [
