@@ -430,9 +430,7 @@ def test_ranks_learning_rates_and_the_default_config(default_config):
     assert bottleneck.head_ranks(dict(ranks=[4, 1], full_rank=False), 4) == [1, 4]
     rates = bottleneck.learning_rates(dict(lr_min=1e-3, lr_max=5e-2, lr_count=4))
     assert list(rates) == ["0.001", "0.00368", "0.0136", "0.05"] and list(rates.values()) == lr_grid(1e-3, 5e-2, 4)
-    plan = load_plan(default_config, SCHEMA)
-    bottleneck.check_config(plan.config, plan.models)
-    bottleneck.check_ngram_config(plan.config, plan.config["ngrams"]["tokenizers"], plan.config["ngrams"]["corpora"])
+    plan = load_plan(default_config, SCHEMA)  # cross-checks the bottleneck and ngrams sections
     for name in plan.config["bottleneck"]["models"]:
         assert plan.models[name].hidden_size in bottleneck.head_ranks(plan.config["bottleneck"], plan.models[name].hidden_size)
 
@@ -448,16 +446,13 @@ def test_config_problems_name_the_key(default_config, change, key):
     default_config.setdefault("bottleneck", {}).setdefault("models", ["toy-d32"])
     for section, values in change.items():
         default_config.setdefault(section, {}).update(values)
-    plan = load_plan(default_config, SCHEMA)
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
-        bottleneck.check_config(plan.config, plan.models)
-        bottleneck.check_ngram_config(plan.config, [], [])
+        load_plan(default_config, SCHEMA)
 
 
 def test_ngram_references_are_checked(default_config):
-    plan = load_plan(default_config, SCHEMA)
     with pytest.raises(ConfigError, match=r"ngrams\.corpora\[0\]"):
-        bottleneck.check_ngram_config(plan.config, ["toy"], ["nope"])
+        load_plan(dict(default_config, ngrams=dict(default_config["ngrams"], corpora=["nope"])), SCHEMA)
     with pytest.raises(ConfigError, match=r"ngrams\.tokenizers\[0\]"):
-        bottleneck.check_ngram_config(plan.config, ["nope"], [])
+        load_plan(dict(default_config, ngrams=dict(default_config["ngrams"], tokenizers=["nope"])), SCHEMA)
 

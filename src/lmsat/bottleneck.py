@@ -22,8 +22,6 @@ from pathlib import Path
 
 import numpy as np
 
-from lmsat.config import ConfigError
-
 # Snakemake imports this module to plan the DAG: torch, pandas and scipy are imported only
 # inside the functions that jobs call.
 
@@ -60,51 +58,6 @@ def set_corpora(config: dict) -> dict[str, str]:
     """Corpus of the train and eval token sets ('' in the config = the eval sample's corpus)."""
     bottleneck, default = config["bottleneck"], config["sample"]["corpus"]
     return {name: bottleneck[f"{name}_corpus"] or default for name in ("train", "eval")}
-
-
-def check_config(config: dict, models: dict) -> None:
-    """ConfigError, naming the key, for what the schema cannot check."""
-    from lmsat.headcache import n_windows, windows_per_shard
-
-    bottleneck = config["bottleneck"]
-    if not bottleneck["models"]:
-        return
-    if not bottleneck["ranks"] and not bottleneck["full_rank"]:
-        raise ConfigError("bottleneck.ranks", "no ranks to sweep", "list ranks r <= d or set full_rank: true")
-    if bottleneck["lr_min"] > bottleneck["lr_max"]:
-        raise ConfigError("bottleneck.lr_min", f"{bottleneck['lr_min']} > lr_max={bottleneck['lr_max']}", "swap them")
-    if len(learning_rates(bottleneck)) != bottleneck["lr_count"]:
-        raise ConfigError("bottleneck.lr_count", "grid values coincide at 3 significant digits", "widen [lr_min, lr_max] or lower lr_count")
-    for name, corpus in set_corpora(config).items():
-        if corpus not in config["corpora"]:
-            raise ConfigError(
-                f"bottleneck.{name}_corpus", f"corpus {corpus!r} is not defined",
-                f"use one of: {', '.join(config['corpora']) or 'none'}, or '' for sample.corpus",
-            )
-    seq_len = config["sample"]["seq_len"]
-    per_shard = windows_per_shard(bottleneck["shard_tokens"], seq_len)
-    positions = min(per_shard, n_windows(bottleneck["train_tokens"], seq_len)) * (seq_len - 1)
-    if bottleneck["seq_len"] > positions:
-        raise ConfigError(
-            "bottleneck.seq_len", f"{bottleneck['seq_len']} positions per training sequence, but a train shard holds "
-            f"{positions} (windows of sample.seq_len={seq_len} give {seq_len - 1} each)",
-            "lower bottleneck.seq_len or raise bottleneck.shard_tokens / train_tokens",
-        )
-
-
-def check_ngram_config(config: dict, tokenizers: list[str], corpora: list[str]) -> None:
-    """ConfigError for the n-gram keys the schema cannot check (cross-references, orders)."""
-    ngrams = config["ngrams"]
-    for key, names, defined in (("corpora", corpora, config["corpora"]), ("tokenizers", tokenizers, config["tokenizers"])):
-        for i, name in enumerate(names):
-            if name not in defined:
-                raise ConfigError(f"ngrams.{key}[{i}]", f"{name!r} is not defined", f"use one of: {', '.join(defined) or 'none'}")
-    language = ngrams["ground_truth"]["language"]  # the schema keeps its order <= 2
-    if ngrams["ground_truth"]["sample_sizes"] and ngrams["order"] - 1 < language["order"]:
-        raise ConfigError(
-            "ngrams.order", f"{ngrams['order']}-gram contexts do not determine the next token of the "
-            f"order-{language['order']} ground-truth language", f"use ngrams.order >= {language['order'] + 1}",
-        )
 
 
 TRAIN_KEYS = ("batch_sequences", "seq_len", "steps", "eval_every", "save_every", "chunk_tokens", "init")

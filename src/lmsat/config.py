@@ -539,6 +539,102 @@ def _check_references(config: dict, models: dict[str, ModelEntry]) -> None:
                 )
 
 
+def _check_sections(config: dict, models: dict[str, ModelEntry]) -> None:
+    """Cross-checks of the analysis sections (figures, evaluation, scaling, bottleneck,
+    ngrams) that the schema cannot express: ConfigError naming the key and the fix."""
+    for i, suite in enumerate(config["figures"]["anisotropy_suites"]):
+        if suite not in config["suites"]:
+            raise ConfigError(
+                f"figures.anisotropy_suites[{i}]",
+                f"unknown suite {suite!r}",
+                f"use one of: {', '.join(config['suites'])}, or add the suite under `suites`",
+            )
+    _check_evaluation(config["evaluation"], models)
+    scaling = config["scaling"]
+    if (scaling["A"] is None) != (scaling["alpha"] is None):
+        raise ConfigError(
+            "scaling.A" if scaling["A"] is None else "scaling.alpha",
+            "only one of A and alpha is set",
+            "set both (a published law, no fit) or neither (fit them)",
+        )
+    _check_bottleneck(config)
+    _check_ngrams(config, models)
+
+
+def _check_evaluation(evaluation: dict, models: dict[str, ModelEntry]) -> None:
+    from lmsat.evaluation import METRICS as TABLE1_METRICS
+
+    for i, task in enumerate(evaluation["tasks"]):
+        if task not in TABLE1_METRICS:
+            raise ConfigError(
+                f"evaluation.tasks[{i}]",
+                f"task {task!r} has no Table 1 metric",
+                f"use one of: {', '.join(TABLE1_METRICS)}, or register it in lmsat.evaluation.METRICS",
+            )
+    for i, name in enumerate(evaluation["models"]):
+        if name not in models:
+            raise ConfigError(f"evaluation.models[{i}]", f"unknown model {name!r}", f"use one of: {', '.join(models)}")
+    data_dir = evaluation["storycloze_dir"]
+    if data_dir and not Path(data_dir).is_dir():
+        raise ConfigError(
+            "evaluation.storycloze_dir",
+            f"directory {data_dir} does not exist",
+            "download the Story Cloze 2016 CSVs there, or leave it empty to skip the task",
+        )
+
+
+def _check_bottleneck(config: dict) -> None:
+    from lmsat.bottleneck import learning_rates, set_corpora
+    from lmsat.headcache import n_windows, windows_per_shard
+
+    bottleneck = config["bottleneck"]
+    if not bottleneck["models"]:
+        return
+    if not bottleneck["ranks"] and not bottleneck["full_rank"]:
+        raise ConfigError("bottleneck.ranks", "no ranks to sweep", "list ranks r <= d or set full_rank: true")
+    if bottleneck["lr_min"] > bottleneck["lr_max"]:
+        raise ConfigError("bottleneck.lr_min", f"{bottleneck['lr_min']} > lr_max={bottleneck['lr_max']}", "swap them")
+    if len(learning_rates(bottleneck)) != bottleneck["lr_count"]:
+        raise ConfigError("bottleneck.lr_count", "grid values coincide at 3 significant digits", "widen [lr_min, lr_max] or lower lr_count")
+    for name, corpus in set_corpora(config).items():
+        if corpus not in config["corpora"]:
+            raise ConfigError(
+                f"bottleneck.{name}_corpus", f"corpus {corpus!r} is not defined",
+                f"use one of: {', '.join(config['corpora']) or 'none'}, or '' for sample.corpus",
+            )
+    seq_len = config["sample"]["seq_len"]
+    per_shard = windows_per_shard(bottleneck["shard_tokens"], seq_len)
+    positions = min(per_shard, n_windows(bottleneck["train_tokens"], seq_len)) * (seq_len - 1)
+    if bottleneck["seq_len"] > positions:
+        raise ConfigError(
+            "bottleneck.seq_len", f"{bottleneck['seq_len']} positions per training sequence, but a train shard holds "
+            f"{positions} (windows of sample.seq_len={seq_len} give {seq_len - 1} each)",
+            "lower bottleneck.seq_len or raise bottleneck.shard_tokens / train_tokens",
+        )
+
+
+def ngram_tokenizers(config: dict, models: dict[str, ModelEntry]) -> list[str]:
+    """Tokenizers of Fig. 7: `ngrams.tokenizers`, else every model's."""
+    return config["ngrams"]["tokenizers"] or sorted({m.tokenizer for m in models.values()})
+
+
+def _check_ngrams(config: dict, models: dict[str, ModelEntry]) -> None:
+    ngrams = config["ngrams"]
+    for key, names, defined in (
+        ("corpora", ngrams["corpora"], config["corpora"]),
+        ("tokenizers", ngram_tokenizers(config, models), config["tokenizers"]),
+    ):
+        for i, name in enumerate(names):
+            if name not in defined:
+                raise ConfigError(f"ngrams.{key}[{i}]", f"{name!r} is not defined", f"use one of: {', '.join(defined) or 'none'}")
+    language = ngrams["ground_truth"]["language"]  # the schema keeps its order <= 2
+    if ngrams["ground_truth"]["sample_sizes"] and ngrams["order"] - 1 < language["order"]:
+        raise ConfigError(
+            "ngrams.order", f"{ngrams['order']}-gram contexts do not determine the next token of the "
+            f"order-{language['order']} ground-truth language", f"use ngrams.order >= {language['order'] + 1}",
+        )
+
+
 def _locate_run_files(config: dict, results: str) -> None:
     """Point the files the pipeline itself builds (toy tokenizer, synthetic corpus) into the
     run's directory, so jobs read them from their spec like any local file."""
@@ -577,6 +673,7 @@ def load_plan(config: dict, schema: str | Path | dict, default_run: str = "defau
     _locate_run_files(config, results)
     models = _models(config, results)
     _check_references(config, models)
+    _check_sections(config, models)
     return Plan(config=config, models=by_size(models))
 
 

@@ -59,19 +59,6 @@ class WeightsFileError(ValueError):
     """A spectra/attention file that is unreadable, incomplete or of another format."""
 
 
-def check_config(config: dict) -> None:
-    """Cross-references of the `figures` config (ConfigError naming the key and the fix)."""
-    from lmsat.config import ConfigError
-
-    for i, suite in enumerate(config["figures"]["anisotropy_suites"]):
-        if suite not in config["suites"]:
-            raise ConfigError(
-                f"figures.anisotropy_suites[{i}]",
-                f"unknown suite {suite!r}",
-                f"use one of: {', '.join(config['suites'])}, or add the suite under `suites`",
-            )
-
-
 # --- per-checkpoint analysis (torch is imported only here) -------------------------------
 
 

@@ -1,8 +1,5 @@
 # Anisotropy (Godey et al. 4.1): the registered `anisotropy` metric of every checkpoint
 # (rule compute_checkpoint_metric, from its hidden-state cache), then Figs. 2 and 3.
-from lmsat.degeneration import check_config as check_degeneration_config
-
-check_degeneration_config(CONFIG)
 
 
 localrules:

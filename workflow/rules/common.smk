@@ -1,4 +1,5 @@
 # The workflow's Python: config validation, model/revision/metric tables, input functions.
+import csv
 import re
 import sys
 from dataclasses import asdict, replace
@@ -8,9 +9,18 @@ from pathlib import Path
 # whether or not (or whichever) lmsat is installed.
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
-from lmsat.config import config_sha256, load_plan, load_yaml, result_config
+from lmsat.bottleneck import head_ranks, learning_rates, set_corpora, train_settings
+from lmsat.config import (
+    config_sha256,
+    load_plan,
+    load_yaml,
+    ngram_tokenizers,
+    result_config,
+)
 from lmsat.corpus import corpus_inputs
+from lmsat.evaluation import OFFLINE_TASKS, STORYCLOZE_2016_FILES
 from lmsat.fetch import checkpoint_disk_mb, estimated_parameters
+from lmsat.headcache import shard_count
 from lmsat.metrics import METRICS
 from lmsat.staging import needs_staging_corpus, needs_staging_tokenizer
 from snakemake.utils import update_config
@@ -59,6 +69,30 @@ CHECKPOINT_DISK_MB = {
     name: checkpoint_disk_mb(MODELS[name], FETCH["bytes_per_param"])
     for name in HUB_MODELS
 }
+# The analysis sections, validated and cross-checked by load_plan (lmsat.config).
+EVALUATION = CONFIG["evaluation"]
+# in the plan's order (by size): Table 1's rows follow its records
+EVALUATED_MODELS = [m for m in MODELS if m in EVALUATION["models"]] or list(MODELS)
+CHECKPOINT_KINDS = ("best", "final")
+TASK_DIR = f"results/{RUN}/evaluation/tasks"
+SCALING = CONFIG["scaling"]
+SCALED_MODELS = SCALING["models"] or list(MODELS)
+BOTTLENECK = CONFIG["bottleneck"]
+HEAD_LRS = learning_rates(BOTTLENECK)  # path label -> peak learning rate
+HEAD_SET_CORPORA = set_corpora(CONFIG)  # train / eval -> corpus
+HEAD_SHARDS = {
+    name: range(
+        shard_count(
+            BOTTLENECK[f"{name}_tokens"],
+            CONFIG["sample"]["seq_len"],
+            BOTTLENECK["shard_tokens"],
+        )
+    )
+    for name in ("train", "eval")
+}
+NGRAMS = CONFIG["ngrams"]
+NGRAM_CORPORA = NGRAMS["corpora"]  # empty: no Fig. 7
+NGRAM_TOKENIZERS = ngram_tokenizers(CONFIG, MODELS)
 
 
 def _alternatives(values):
@@ -72,6 +106,8 @@ wildcard_constraints:
     metric=_alternatives(METRICS),
     corpus=_alternatives(CONFIG["corpora"]),
     tokenizer=_alternatives(CONFIG["tokenizers"]),
+    kind="|".join(CHECKPOINT_KINDS),
+    task=_alternatives(EVALUATION["tasks"]) or "(?!)",
 
 
 def checkpoint_files(pattern, **extra):
@@ -347,6 +383,198 @@ def core_outputs():
         + scaling_outputs(),
         run=RUN,
     )
+
+
+# ---------------------------------------------------------------- Table 1 (evaluation.smk)
+
+
+def evaluation_outputs():
+    """Table 1, when tasks are configured (for final_outputs in common.smk)."""
+    if not EVALUATION["tasks"]:
+        return []
+    return [
+        "results/{run}/tables/table1.csv",
+        "results/{run}/tables/table1.md",
+        "results/{run}/tables/table1.tex",
+    ]
+
+
+def selected_revision(model, kind):
+    """Revision of `model` picked as `kind`; the best one is read from the checkpoint output."""
+    if kind == "final":
+        return MODELS[model].final_revision
+    with open(checkpoints.select_checkpoints.get(run=RUN).output[0]) as handle:
+        for row in csv.DictReader(handle):
+            if row["model"] == model and row["kind"] == kind:
+                return row["revision"]
+    raise ValueError(
+        f"results/{RUN}/tables/best_final.csv: no {kind} checkpoint of model {model}"
+    )
+
+
+def task_files(task):
+    """Task YAMLs (and data) the pipeline writes for `task`; none for lm-eval's own tasks."""
+    if task in OFFLINE_TASKS:
+        return [f"{TASK_DIR}/{task}.yaml", f"{TASK_DIR}/{task}.jsonl"]
+    if task == "storycloze_2016" and EVALUATION["storycloze_dir"]:
+        return [f"{TASK_DIR}/storycloze_2016.yaml"]
+    return []
+
+
+def storycloze_files(wildcards):
+    """The manually downloaded Story Cloze 2016 CSVs (checked to exist before the job)."""
+    data_dir = Path(EVALUATION["storycloze_dir"])
+    return [str(data_dir / name) for name in STORYCLOZE_2016_FILES.values()]
+
+
+def evaluation_inputs(wildcards):
+    # Why a checkpoint (select_checkpoints): the best revision is known only once every loss
+    # exists, and it shapes the DAG itself, not only a parameter. When a model's best
+    # checkpoint is its final one (no saturation, as for the larger Pythia models), its "best"
+    # job must not rerun lm-eval on the same weights but depend on the "final" job and copy
+    # its JSON; which of the two a best job is depends on the contents of best_final.csv.
+    # Final revisions come from the config, so a dry run plans every final job directly, and
+    # every best job behind the checkpoint (its revision shown as <TBD>).
+    # The selection is ancient(): best_final.csv is rewritten whenever loss.csv is (any
+    # config change re-stamps loss.csv), but a best job must rerun only when its revision
+    # (a param, so a rerun trigger) or the reused final JSON changes.
+    model = MODELS[wildcards.model]
+    tasks = task_files(wildcards.task)
+    if wildcards.kind == "final":
+        return dict(
+            weights=weights_of(model.name, model.final_revision),
+            tasks=tasks,
+            staged=lmeval_task_staged(wildcards.task),
+        )
+    selection = ancient(checkpoints.select_checkpoints.get(run=RUN).output[0])
+    best = selected_revision(model.name, "best")
+    if best == model.final_revision:
+        final = f"results/{RUN}/evaluation/{model.name}/final/{wildcards.task}.json"
+        return dict(selection=selection, same_as=final)
+    if model.source == "hub":  # a copy of its own (rule fetch_best_checkpoint)
+        weights = f"results/{RUN}/weights/best/{model.name}/{best}"
+    else:
+        weights = weights_of(model.name, best)
+    staged = lmeval_task_staged(wildcards.task)
+    return dict(weights=weights, tasks=tasks, selection=selection, staged=staged)
+
+
+def reuses_final(input):
+    return "same_as" in input.keys()
+
+
+def evaluation_records():
+    return [
+        f"results/{RUN}/evaluation/{model}/{kind}/{task}.json"
+        for model in EVALUATED_MODELS
+        for kind in CHECKPOINT_KINDS
+        for task in EVALUATION["tasks"]
+    ]
+
+
+# ---------------------------------------------------------------- Fig. 1b (scaling.smk)
+
+
+def scaling_outputs():
+    """The fit, the shortfall table and Fig. 1b (for final_outputs in common.smk)."""
+    return [
+        "results/{run}/tables/scaling_fit.csv",
+        "results/{run}/tables/scaling_shortfall.csv",
+        "results/{run}/figures/fig1b_scaling.png",
+        "results/{run}/figures/fig1b_scaling.pdf",
+    ]
+
+
+def parameter_counts():
+    """Counts of the Fig. 1b models whose n_params the config leaves at 0 (read from their
+    config)."""
+    return [
+        f"results/{RUN}/params/{name}.json"
+        for name in SCALED_MODELS
+        if MODELS[name].n_params == 0
+    ]
+
+
+# ---------------------------------------------------------------- softmax bottleneck (bottleneck.smk, ngrams.smk)
+
+
+def head_shards(name, model="{model}", run="{run}"):
+    return [
+        f"results/{run}/bottleneck/cache/{model}/{name}_{shard:04d}.h5"
+        for shard in HEAD_SHARDS[name]
+    ]
+
+
+def head_cache_inputs(wildcards):
+    corpora = set(HEAD_SET_CORPORA.values())
+    return dict(
+        weights=final_checkpoint_weights(wildcards),
+        corpora=[f for c in sorted(corpora) for f in corpus_files(c)],
+        tokenizer=tokenizer_inputs(MODELS[wildcards.model].tokenizer),
+        sample=(
+            sample_of_model(wildcards) if CONFIG["sample"]["corpus"] in corpora else []
+        ),
+    )
+
+
+def head_runs(model):
+    ranks = head_ranks(BOTTLENECK, MODELS[model].hidden_size)
+    return [
+        f"results/{RUN}/bottleneck/runs/{model}/r{rank}/lr{lr}.json"
+        for rank in ranks
+        for lr in HEAD_LRS
+    ]
+
+
+def final_spectrum(model):
+    return f"results/{RUN}/spectra/{model}/{MODELS[model].final_revision}.h5"
+
+
+def heads_on_synthetic():
+    """Whether the heads' eval pairs come from the synthetic language (entropy rate known)."""
+    corpus = CONFIG["corpora"][HEAD_SET_CORPORA["eval"]]
+    return bool(BOTTLENECK["models"]) and corpus["type"] == "synthetic"
+
+
+def bottleneck_outputs():
+    outputs = []
+    if BOTTLENECK["models"]:
+        outputs += [
+            "results/{run}/tables/bottleneck_heads.csv",
+            "results/{run}/tables/bottleneck_lr_search.csv",
+        ]
+        outputs += expand(
+            "results/{run}/figures/{fig}.{ext}",
+            run="{run}",
+            fig=("fig6_rank_heads", "fig8_werror_loss"),
+            ext=("png", "pdf"),
+        )
+    if CONFIG["ngrams"]["ground_truth"]["sample_sizes"]:
+        outputs += expand(
+            "results/{run}/figures/ground_truth_bottleneck.{ext}",
+            run="{run}",
+            ext=("png", "pdf"),
+        )
+    return outputs
+
+
+def ngram_inputs(wildcards):
+    synthetic = CONFIG["corpora"][wildcards.corpus]["type"] == "synthetic"
+    toy = CONFIG["tokenizers"][wildcards.tokenizer]["source"] == "toy"
+    return dict(
+        corpus=sample_inputs(wildcards),
+        language=TOY_LANGUAGE if synthetic and toy else [],
+    )
+
+
+def ngram_outputs():
+    if not NGRAM_CORPORA:
+        return []
+    return [
+        "results/{run}/tables/ngram_werror.csv",
+        "results/{run}/figures/fig7_ngram_werror.png",
+        "results/{run}/figures/fig7_ngram_werror.pdf",
+    ]
 
 
 # ---------------------------------------------------------------- the report and named targets

@@ -1,6 +1,6 @@
 # Each model's best and final checkpoints, and their zero-shot downstream evaluation with
 # the LM Evaluation Harness (Table 1): one job per model x checkpoint kind x task.
-# Input functions: saturation_common.smk.
+# Input functions: common.smk.
 
 
 localrules:

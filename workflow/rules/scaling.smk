@@ -1,6 +1,6 @@
 # Saturation against a Chinchilla-style scaling law (Fig. 1b): each model's parameter
 # count, the fit of A and alpha on the larger models, and every model's best and final
-# checkpoints compared with the law (shortfall in %). Input functions: saturation_common.smk.
+# checkpoints compared with the law (shortfall in %). Input functions: common.smk.
 
 
 localrules:
