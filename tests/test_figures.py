@@ -24,7 +24,7 @@ from lmsat.figures.degeneration import (
     plot_singular_entropy,
 )
 from lmsat.figures.saturation import LOSS_CAP_PERCENTILE, plot_loss_curves, plot_scaling_fit, shortfall_labels
-from lmsat.figures.style import in_table_order, panel_grid, plt
+from lmsat.figures.style import in_table_order, panel_grid, plt, save_figure
 
 # By size (lmsat.config.by_size: suite by suite, smallest first): neither by name nor by width.
 BY_SIZE = ["toy-d16", "toy-d32", "toy-d128", "other-d8"]
@@ -57,6 +57,16 @@ def test_models_are_in_the_tables_order():
     table = pd.DataFrame(dict(model=["b", "b", "a", "c", "a"], corpus=["x", "y", "x", "x", "y"]))
     assert in_table_order(table) == ["b", "a", "c"]
     assert in_table_order(table, "corpus") == ["x", "y"]
+
+
+def test_save_figure_writes_each_format_by_suffix_and_returns_the_figure(tmp_path):
+    fig, (ax,) = panel_grid(1)
+    ax.plot([1, 2], [3, 4])
+    paths = [tmp_path / "f.png", tmp_path / "f.pdf"]
+    assert save_figure(fig, paths) is fig
+    assert paths[0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and paths[1].read_bytes()[:5] == b"%PDF-"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f.pdf", "f.png"]  # no temporary left behind
+    assert_line(fig.axes[0].lines[0], [1, 2], [3, 4])  # closed, still inspectable
 
 
 def test_panel_grid_hides_the_panels_beyond_n():
