@@ -26,7 +26,8 @@ def _rank_axis(ax, heads: pd.DataFrame) -> None:
 
 
 def _rank_curves(ax, heads: pd.DataFrame, column: str, colors: dict) -> None:
-    """One line per model (by size) over its low-rank heads; the model's own head as a dotted level and a star."""
+    """One line per model (by size) over its low-rank heads; the model's own head as a dotted
+    level and a star."""
     for model in in_table_order(heads):
         rows = heads[heads["model"] == model]
         low = rows[rows["kind"] == "low_rank"].sort_values("rank")
@@ -125,7 +126,8 @@ def plot_ground_truth(curves: pd.DataFrame, heads: pd.DataFrame | None, entropy_
         ax.plot(rows["d"], rows["werror"], color=cmap(0.8 * i / max(len(samples) - 1, 1)), lw=1.2,
                 label=f"{n:,} tokens ({int(rows['n_contexts'].iloc[0]):,} contexts)")
     truth = curves[curves["kind"] == "truth"]
-    ax.plot(truth["d"], truth["werror"], color="k", lw=2, label=f"truth ({int(truth['n_contexts'].iloc[0]):,} contexts)")
+    contexts = int(truth["n_contexts"].iloc[0])
+    ax.plot(truth["d"], truth["werror"], color="k", lw=2, label=f"truth ({contexts:,} contexts)")
     buckets = curves[curves["kind"] == "buckets"]
     if not buckets.empty:
         ax.plot(buckets["d"], buckets["werror"], color="0.5", ls="--", lw=1, label="bucket matrix (rows unweighted)")

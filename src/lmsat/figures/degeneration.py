@@ -28,10 +28,10 @@ ATTENTION_PANELS = (  # (column, y label); linear axes show "towards 1" and "tow
 def plot_anisotropy_depth(layers: pd.DataFrame, paths, suites: list[str] | None = None):
     """Fig. 2: anisotropy vs relative layer depth at each model's final checkpoint.
 
-    One panel per suite (`suites`, default every suite of the table), one line per model;
+    One panel per suite (`suites`, default every suite of the table), one line per model (by size);
     depth 0 is the embedding output, 1 the last layer (post final norm).
     """
-    suites = list(suites or dict.fromkeys(layers["suite"]))
+    suites = list(suites or in_table_order(layers, "suite"))
     unknown = sorted(set(suites) - set(layers["suite"]))
     if unknown:
         raise ValueError(f"suites {unknown} have no anisotropy records; drop them from figures.anisotropy_suites")
@@ -107,7 +107,7 @@ def plot_head_spectra(spectra: pd.DataFrame, paths):
 
 
 def plot_singular_entropy(entropy: pd.DataFrame, paths, power: int = 1):
-    """Fig. 5: singular entropy KL(p || uniform) of the head along training, every model.
+    """Fig. 5: singular entropy KL(p || uniform) of the head along training, a line per model (by size).
 
     power 1: p ~ sigma (default); 2: p ~ sigma^2 (columns singular_entropy_sigma[2]).
     """
@@ -143,7 +143,7 @@ def attention_medians(attention: pd.DataFrame) -> pd.DataFrame:
 
 
 def plot_attention_lowrank(attention: pd.DataFrame, paths):
-    """Low-rank attention along training: a row per model, a column per metric.
+    """Low-rank attention along training: a row per model (by size), a column per metric.
 
     Lines are layers (colour = relative depth), solid for qk = W_Q^T W_K, dashed for
     vo = W_O W_V, each the median over the layer's heads.
