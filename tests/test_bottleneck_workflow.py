@@ -18,7 +18,7 @@ from snakemake.iocontainers import Namedlist
 from lmsat import bottleneck, headcache, ngram_werror
 from lmsat.config import ConfigError, ModelEntry, load_plan
 from lmsat.corpus import CorpusError
-from lmsat.figures_bottleneck import plot_ground_truth, plot_ngram_werror, plot_rank_heads, plot_werror_loss
+from lmsat.figures.bottleneck import plot_ground_truth, plot_ngram_werror, plot_rank_heads, plot_werror_loss
 from lmsat.heads import HeadTrainConfig, ShardedRepresentations, lr_grid, train_head
 from lmsat.io import IdentityError
 from lmsat.synthetic import LanguageSpec, build_language
@@ -270,29 +270,46 @@ def test_heads_table_keeps_the_best_lr_and_marks_where_the_loss_rises():
     assert bottleneck.monotone_violations(worse, slack=0.02) == [("m8", 2, 8)]
 
 
-def test_every_figure_is_drawn(tmp_path):
+def test_every_figure_draws_its_table():
     runs, manifests, spectra = _runs_and_manifests()
     heads, _ = bottleneck.heads_tables(runs, manifests, spectra, tolerance=0.01)
     lang = build_language(LanguageSpec(vocab_size=6, order=2, groups=2, support=3, seed=1))
     spectra = ngram_werror.ground_truth_spectra(lang, [500, 5000], order=3, seed=0)
     common = dict(corpus="synthetic", tokenizer="language", order=3, vocab_size=6)
-    curves = pd.concat(
+    curves_frame = pd.concat(
         [ngram_werror.curve_rows(spectra["truth"]["singular_values"], **common, kind="truth", n_tokens=0,
                                  n_contexts=spectra["truth"]["n_contexts"])]
         + [ngram_werror.curve_rows(s["singular_values"], **common, kind="empirical", n_tokens=n, n_contexts=s["n_contexts"])
            for n, s in spectra["samples"].items()]
     )
-    drawings = {
-        "fig6": lambda paths: plot_rank_heads(heads, paths),
-        "fig8": lambda paths: plot_werror_loss(heads, paths),
-        "fig7": lambda paths: plot_ngram_werror(curves, paths),
-        "truth": lambda paths: plot_ground_truth(curves, heads, 2.0, paths),
-        "truth_alone": lambda paths: plot_ground_truth(curves, None, None, paths),
-    }
-    for name, draw in drawings.items():
-        paths = [tmp_path / f"{name}.png"] + ([tmp_path / f"{name}.pdf"] if name == "fig6" else [])
-        draw(paths)
-        assert all(p.stat().st_size > 5_000 for p in paths), name
+    models = list(dict.fromkeys(heads["model"]))
+    assert models == ["m8", "m4"]  # the table's order (bottleneck.models), drawn as is
+    labels = [f"{m} (d={int(heads.loc[heads['model'] == m, 'hidden_size'].iloc[0])})" for m in models]
+    fig6 = plot_rank_heads(heads, [])
+    assert [text.get_text() for text in fig6.axes[0].get_legend().get_texts()] == labels
+    for ax, column in zip(fig6.axes, ("eval_loss", "eval_acc")):
+        curves = [line for line in ax.lines if line.get_label() in labels]
+        for model, line in zip(models, curves):
+            low = heads[(heads["model"] == model) & (heads["kind"] == "low_rank")]
+            np.testing.assert_allclose(line.get_xydata(), low[["rank", column]].to_numpy())
+    fig8 = plot_werror_loss(heads, [])
+    curves = [line for line in fig8.axes[0].lines if line.get_label() in models]
+    assert [line.get_label() for line in curves] == models
+    for model, line in zip(models, curves):
+        low = heads[(heads["model"] == model) & (heads["kind"] == "low_rank")].sort_values("w_error")
+        np.testing.assert_allclose(line.get_xydata(), low[["w_error", "eval_loss"]].to_numpy())
+    fig7 = plot_ngram_werror(curves_frame, [])
+    for line in fig7.axes[0].lines[:-1]:  # the last: the 0.5 guide
+        kind = "truth" if "true" in line.get_label() else "empirical"
+        rows = curves_frame[(curves_frame["kind"] == kind) & (curves_frame["d"] > 0)]
+        np.testing.assert_allclose(line.get_xydata(), rows[["d", "werror"]].to_numpy())
+    truth = plot_ground_truth(curves_frame, heads, 2.0, [])
+    assert [text.get_text() for text in truth.axes[1].get_legend().get_texts()] == labels + ["entropy rate 2.000"]
+    samples = [line for line in truth.axes[0].lines if "tokens" in line.get_label()]
+    for n, line in zip(sorted(spectra["samples"]), samples):
+        rows = curves_frame[(curves_frame["kind"] == "empirical") & (curves_frame["n_tokens"] == n)]
+        np.testing.assert_allclose(line.get_xydata(), rows[["d", "werror"]].to_numpy())
+    assert len(plot_ground_truth(curves_frame, None, None, []).axes) == 1
 
 
 # ------------------------------------------------------------------ the rule scripts

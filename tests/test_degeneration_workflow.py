@@ -12,7 +12,6 @@ import pytest
 import torch
 from snakemake.iocontainers import Namedlist
 
-from lmsat import figures_degeneration as figures
 from lmsat.anisotropy import mean_pairwise_cosine_bruteforce
 from lmsat.attention import attention_lowrank
 from lmsat.cache import ExtractionSettings, extract_to_cache, open_cache
@@ -29,6 +28,7 @@ from lmsat.degeneration import (
     valid_head_rows,
     write_spectrum,
 )
+from lmsat.figures import degeneration as figures
 from lmsat.metrics import METRICS
 from lmsat.spectra import matrix_sha256, singular_entropy
 
@@ -314,28 +314,44 @@ def test_figure_suites_are_checked_against_the_config(default_config):
 # ------------------------------------------------------------------ figures
 
 
-def test_every_figure_is_written_as_png_and_pdf(checkpoints, tmp_path):
+def test_every_figure_draws_its_table(checkpoints):
     files, _, _ = checkpoints
     records = anisotropy_records()
-    layers, training = anisotropy_tables(records, loss_frame(records))
+    layers, training = anisotropy_tables(records, loss_frame(records), model_order=["b", "a"])
     spectra, entropy, identical = spectra_tables([files[r][0] for r in files])
     attention = attention_table([files[r][1] for r in files], identical)
-    drawn = {
-        "fig2": lambda paths: figures.plot_anisotropy_depth(layers, paths, suites=["toy"]),
-        "fig3": lambda paths: figures.plot_anisotropy_training(training, paths),
-        "fig4": lambda paths: figures.plot_head_spectra(spectra, paths),
-        "fig5": lambda paths: figures.plot_singular_entropy(entropy, paths, power=2),
-        "attention": lambda paths: figures.plot_attention_lowrank(attention, paths),
-    }
-    for name, draw in drawn.items():
-        paths = [tmp_path / f"{name}.png", tmp_path / f"{name}.pdf"]
-        draw(paths)
-        assert paths[0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
-        assert paths[1].read_bytes()[:5] == b"%PDF-", name
+
+    fig2 = figures.plot_anisotropy_depth(layers, [], suites=["toy"])
+    assert [line.get_label() for line in fig2.axes[0].lines] == ["b", "a"]  # the table's order (the plan's)
+    for line in fig2.axes[0].lines:
+        final = layers[(layers["model"] == line.get_label()) & layers["is_final"]]
+        np.testing.assert_allclose(line.get_xydata(), final[["relative_depth", "anisotropy"]].to_numpy())
+    fig3 = figures.plot_anisotropy_training(training, [])
+    assert [ax.get_title(loc="left") for ax in fig3.axes[:2]] == ["b", "a"]
+    along = training[(training["model"] == "b") & (training["tokens"] > 0)]
+    np.testing.assert_allclose(fig3.axes[0].collections[0].get_array(), along["anisotropy_last"])
+
+    fig4 = figures.plot_head_spectra(spectra, [])
+    assert len(fig4.axes[0].lines) == spectra["revision"].nunique()
+    for line, (_, curve) in zip(fig4.axes[0].lines, spectra.groupby("revision", sort=False)):
+        np.testing.assert_allclose(line.get_xydata(), curve[["index", "normalised"]].to_numpy())
+    fig5 = figures.plot_singular_entropy(entropy, [], power=2)
+    (line,) = fig5.axes[0].lines
+    along = entropy[entropy["tokens"] > 0]
+    np.testing.assert_allclose(line.get_xydata(), along[["tokens", "singular_entropy_sigma2"]].to_numpy())
+
+    fig = figures.plot_attention_lowrank(attention, [])
+    medians = figures.attention_medians(attention[attention["tokens"] > 0])
+    effective = fig.axes[0]  # the first model's effective rank, a line per (kind, layer)
+    assert effective.get_ylabel() == "effective rank"
+    for line, (_, curve) in zip(effective.lines, medians.groupby(["kind", "layer"], sort=True)):
+        np.testing.assert_allclose(line.get_xydata(), curve.sort_values("step")[["tokens", "effective_rank"]])
+    assert len(effective.lines) == medians.groupby(["kind", "layer"]).ngroups
+
     with pytest.raises(ValueError, match="figures.anisotropy_suites"):
-        figures.plot_anisotropy_depth(layers, [tmp_path / "x.png"], suites=["gpt2"])
+        figures.plot_anisotropy_depth(layers, [], suites=["gpt2"])
     with pytest.raises(ValueError, match="entropy_power"):
-        figures.plot_singular_entropy(entropy, [tmp_path / "x.png"], power=3)
+        figures.plot_singular_entropy(entropy, [], power=3)
 
 
 def test_attention_medians_are_medians_over_heads(checkpoints):

@@ -14,7 +14,7 @@ import yaml
 from snakemake.iocontainers import Namedlist
 
 from lmsat.config import ModelEntry
-from lmsat.figures_saturation import law_curve, plot_scaling_fit
+from lmsat.figures.saturation import law_curve, plot_scaling_fit
 from lmsat.io import read_json, write_json
 from lmsat.scaling import count_parameters
 from lmsat.tables import loss_table
@@ -164,12 +164,16 @@ def test_law_curve_interpolates_token_counts_geometrically():
     np.testing.assert_allclose(middle, law(np.array([1e8, 1e6, 1e10]), np.array([1e11, 1e10, 1e12])), rtol=1e-12)
 
 
-def test_plot_scaling_fit_writes_png_and_pdf(tmp_path):
+def test_plot_scaling_fit_draws_the_shortfall_table():
     fit_row, table = script("fit_scaling_law").scaling_tables(selection(SIZES, EXCESS), SIZES, SETTINGS)
-    paths = [tmp_path / "fig.png", tmp_path / "fig.pdf"]
-    plot_scaling_fit(table, fit_row.iloc[0], paths)
-    assert paths[0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert paths[1].read_bytes()[:5] == b"%PDF-"
+    ax = plot_scaling_fit(table, fit_row.iloc[0], []).axes[0]
+    kinds = [kind for kind in ("final", "best") if kind in set(table["kind"])]
+    assert len(ax.collections) == len(kinds)
+    for kind, points in zip(kinds, ax.collections):
+        rows = table[table["kind"] == kind].sort_values("n_params")
+        np.testing.assert_allclose(points.get_offsets(), rows[["n_params", "measured"]].to_numpy())
+    finals = table[table["kind"] == "final"].sort_values("n_params")["model"].tolist()
+    assert [t.get_text() for t in ax.texts if t.get_text() in finals] == finals
 
 
 # ---------------------------------------------------------------- Table 1

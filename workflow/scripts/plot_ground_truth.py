@@ -6,7 +6,7 @@ import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
 import pandas as pd
 
 from lmsat.bottleneck import entropy_rate_of
-from lmsat.figures_bottleneck import plot_ground_truth
+from lmsat.figures.bottleneck import plot_ground_truth
 from lmsat.io import setup_logging
 
 

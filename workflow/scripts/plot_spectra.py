@@ -4,7 +4,7 @@ import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
 import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
 import pandas as pd
 
-from lmsat.figures_degeneration import plot_head_spectra, plot_singular_entropy
+from lmsat.figures.degeneration import plot_head_spectra, plot_singular_entropy
 from lmsat.io import setup_logging
 
 

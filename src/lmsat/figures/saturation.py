@@ -1,8 +1,11 @@
-"""Fig. 1b of Godey et al. (2024): measured loss of each model's best and final checkpoints
-against the scaling law fitted on the larger models (PNG and PDF).
+"""Figures of saturation (Godey et al. 2024, Fig. 1): loss along training, one panel per model
+(Fig. 1a), and each model's best and final loss against the scaling law fitted on the larger
+models (Fig. 1b). Each draws from a tidy table, saves every path it is given (PNG and PDF)
+and returns the figure.
 
-    fit = pd.read_csv("results/tables/scaling_fit.csv").iloc[0]
-    points = pd.read_csv("results/tables/scaling_shortfall.csv")
+    plot_loss_curves(pd.read_csv("results/default/tables/loss.csv"), ["fig1a.png", "fig1a.pdf"])
+    fit = pd.read_csv("results/default/tables/scaling_fit.csv").iloc[0]
+    points = pd.read_csv("results/default/tables/scaling_shortfall.csv")
     plot_scaling_fit(points, fit, ["fig1b.png", "fig1b.pdf"])
 """
 
@@ -11,14 +14,61 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from lmsat.figures import plt, save_figure
+from lmsat.figures.style import in_table_order, label_grid, panel_grid, plt, save_figure
 from lmsat.scaling import predict
 
+LOSS_CAP_PERCENTILE = 90  # Fig. 1a's y axis ends just above this percentile of a model's losses
 LABEL_BOX = dict(boxstyle="round,pad=0.15", facecolor="white", edgecolor="none", alpha=0.85)  # over the curves
-STYLES = {  # kind -> (colour, marker) of its points and curve
+STYLES = {  # Fig. 1b: kind -> (colour, marker) of its points and curve
     "final": ("tab:blue", "o"),
     "best": ("tab:orange", "*"),
 }
+
+
+def plot_loss_curves(table: pd.DataFrame, paths, entropy_rate: float | None = None):
+    """Fig. 1a: loss vs training tokens, one panel per model by size (in_table_order: smallest
+    first, row by row).
+
+    Points get darker as the loss approaches the model's minimum; the best checkpoint is a
+    star. Step 0 (0 tokens) has no place on the log axis and is left out, and with it the
+    models released without intermediate checkpoints (GPT-2, OPT, ... at `main`, step 0). The y axis ends
+    just above the LOSS_CAP_PERCENTILE-th percentile of the model's losses, so that the early
+    steep descent does not flatten the late rise; points above it are drawn as triangles on
+    the top edge and the panel says how many there are and how high they go.
+    """
+    along = table[table["tokens"] > 0]
+    models = in_table_order(along)
+    if not models:
+        raise ValueError("loss table: no checkpoint past step 0, so no model has a loss curve for Fig. 1a")
+    fig, axes = panel_grid(len(models))
+    cmap = plt.get_cmap("Blues")
+    for ax, model in zip(axes, models):
+        rows = along[along["model"] == model]
+        loss = rows["loss"].to_numpy()
+        shade = 0.35 + 0.65 * (1 - (loss - loss.min()) / max(loss.max() - loss.min(), 1e-12))  # darker near the min
+        span = max(loss.max() - loss.min(), 0.02 * abs(loss.mean()), 1e-12)  # a flat curve gets a margin too
+        bottom = loss.min() - 0.1 * span - (0.1 if entropy_rate is None else 0)
+        if entropy_rate is not None:
+            bottom = min(bottom, entropy_rate - 0.05 * span)
+        top = np.percentile(loss, LOSS_CAP_PERCENTILE) + 0.1 * span
+        above = loss > top
+        ax.plot(rows["tokens"], np.minimum(loss, top), color="0.75", lw=1, zorder=1)
+        ax.scatter(rows["tokens"][~above], loss[~above], c=cmap(shade[~above]), s=18, zorder=2, edgecolors="none")
+        if above.any():
+            ax.scatter(rows["tokens"][above], np.full(above.sum(), top), marker="^", s=22, color="0.55", zorder=2,
+                       clip_on=False, label="off the axis")
+            ax.text(0.98, 0.96, f"{above.sum()} above the axis (up to {loss.max():.2f})", transform=ax.transAxes,
+                    ha="right", va="top", fontsize=7, color="0.35")
+        best = rows[rows["is_best"]]
+        ax.scatter(best["tokens"], best["loss"], marker="*", s=140, color="crimson", zorder=3, label="best")
+        if entropy_rate is not None:
+            ax.axhline(entropy_rate, color="k", ls="--", lw=0.8, label="entropy rate")
+        ax.set_xscale("log")
+        ax.set_title(model, fontsize=9, loc="left")
+        ax.set_ylim(bottom, top)
+    label_grid(axes, "training tokens", "loss (nats)")
+    axes[0].legend(fontsize=7, loc="lower left")
+    return save_figure(fig, paths)
 
 
 def law_curve(n_params, tokens, n_grid, **constants) -> np.ndarray:
@@ -36,14 +86,14 @@ def law_curve(n_params, tokens, n_grid, **constants) -> np.ndarray:
 
 
 def shortfall_labels(points: pd.DataFrame, min_params: float) -> list[dict]:
-    """The shortfall labels of the models below the fit threshold: the final checkpoint's to
-    the right of its point (above the model's name), the best one's to the left (so no two
-    labels of a model overlap), and one label "best = final" when both are the same
+    """The shortfall labels of the models below the fit threshold, by size: the final
+    checkpoint's to the right of its point (above the model's name), the best one's to the left
+    (so no two labels of a model overlap), and one label "best = final" when both are the same
     checkpoint (same token count)."""
     labels = []
     small = points[points["n_params"] < min_params]
-    for model, rows in small.groupby("model", sort=False):
-        by_kind = {row.kind: row for row in rows.itertuples()}
+    for model in in_table_order(small):
+        by_kind = {row.kind: row for row in small[small["model"] == model].itertuples()}
         best, final = by_kind.get("best"), by_kind.get("final")
         if best is not None and final is not None and best.tokens == final.tokens:
             labels.append(dict(model=model, kind="final", n_params=final.n_params, measured=final.measured,
@@ -56,12 +106,7 @@ def shortfall_labels(points: pd.DataFrame, min_params: float) -> list[dict]:
     return labels
 
 
-def plot_scaling_fit(points: pd.DataFrame, fit, paths) -> None:
-    """Fig. 1b (draw_scaling_fit), saved to each of `paths`."""
-    save_figure(draw_scaling_fit(points, fit), paths)
-
-
-def draw_scaling_fit(points: pd.DataFrame, fit):
+def plot_scaling_fit(points: pd.DataFrame, fit, paths):
     """Fig. 1b: loss vs parameters N (log), measured best/final points and the law's curves.
 
     points: scaling_shortfall.csv rows (model, n_params, kind, tokens, measured, predicted,
@@ -101,4 +146,4 @@ def draw_scaling_fit(points: pd.DataFrame, fit):
     ax.set_xlabel(f"parameters N ({str(fit['params']).replace('_', '-')})")
     ax.set_ylabel("loss (nats/token)")
     ax.legend(fontsize=7, loc="best")
-    return fig
+    return save_figure(fig, paths)

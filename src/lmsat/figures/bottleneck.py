@@ -1,29 +1,20 @@
 """Figures of the softmax bottleneck (Godey et al. 2024, Figs. 6, 7, 8) and the ground truth.
 
-Each draws from a tidy table (`lmsat.bottleneck.heads_tables`, `lmsat.ngram_werror`) and
-writes every path it is given (PNG and PDF).
+Each draws from a tidy table (`lmsat.bottleneck.heads_tables`, `lmsat.ngram_werror`), saves
+every path it is given (PNG and PDF) and returns the figure. Models are drawn by size
+(`in_table_order`).
+
+    heads = pd.read_csv("results/default/tables/bottleneck_heads.csv")
+    plot_rank_heads(heads, ["fig6.png", "fig6.pdf"])
 """
 
 from __future__ import annotations
 
-import matplotlib
+import pandas as pd
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from lmsat.figures import save_figure  # noqa: E402
+from lmsat.figures.style import colours, in_table_order, plt, save_figure
 
 PAPER_RISE_WERROR = 0.6  # "performance starts decreasing when the W-error outgrows 0.6" (Fig. 8)
-
-
-def _models(heads: pd.DataFrame) -> list[str]:
-    return list(dict.fromkeys(heads.sort_values("hidden_size")["model"]))
-
-
-def _colors(names) -> dict:
-    cmap = plt.get_cmap("viridis")
-    return {name: cmap(0.85 * i / max(len(names) - 1, 1)) for i, name in enumerate(names)}
 
 
 def _rank_axis(ax, heads: pd.DataFrame) -> None:
@@ -35,8 +26,9 @@ def _rank_axis(ax, heads: pd.DataFrame) -> None:
 
 
 def _rank_curves(ax, heads: pd.DataFrame, column: str, colors: dict) -> None:
-    """One line per model over its low-rank heads; the model's own head as a dotted level and a star."""
-    for model in _models(heads):
+    """One line per model (by size) over its low-rank heads; the model's own head as a dotted
+    level and a star."""
+    for model in in_table_order(heads):
         rows = heads[heads["model"] == model]
         low = rows[rows["kind"] == "low_rank"].sort_values("rank")
         full = rows[rows["kind"] == "full_head"].iloc[0]
@@ -46,9 +38,9 @@ def _rank_curves(ax, heads: pd.DataFrame, column: str, colors: dict) -> None:
         ax.plot([d], [full[column]], "*", color=colors[model], ms=10, mec="k", mew=0.5)
 
 
-def plot_rank_heads(heads: pd.DataFrame, paths) -> None:
+def plot_rank_heads(heads: pd.DataFrame, paths):
     """Fig. 6: eval cross-entropy and top-1 accuracy of the rank-r heads against r."""
-    colors = _colors(_models(heads))
+    colors = colours(in_table_order(heads))
     fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(9, 3.6))
     _rank_curves(ax_loss, heads, "eval_loss", colors)
     _rank_curves(ax_acc, heads, "eval_acc", colors)
@@ -59,15 +51,15 @@ def plot_rank_heads(heads: pd.DataFrame, paths) -> None:
         ax.grid(alpha=0.3)
     ax_loss.legend(fontsize=7, title="dotted / star: own head", title_fontsize=7)
     fig.tight_layout()
-    save_figure(fig, paths)
+    return save_figure(fig, paths)
 
 
-def plot_werror_loss(heads: pd.DataFrame, paths) -> None:
+def plot_werror_loss(heads: pd.DataFrame, paths):
     """Fig. 8: final loss of the rank-r heads against the W-error of the model's own head at r."""
-    colors = _colors(_models(heads))
+    colors = colours(in_table_order(heads))
     fig, ax = plt.subplots(figsize=(5.5, 3.8))
     ax.axvline(PAPER_RISE_WERROR, color="0.7", lw=3, alpha=0.5, label="paper: rise past ~0.6")
-    for i, model in enumerate(_models(heads)):
+    for i, model in enumerate(in_table_order(heads)):
         rows = heads[heads["model"] == model]
         low = rows[rows["kind"] == "low_rank"].sort_values("w_error")
         full = rows[rows["kind"] == "full_head"].iloc[0]
@@ -88,17 +80,17 @@ def plot_werror_loss(heads: pd.DataFrame, paths) -> None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    save_figure(fig, paths)
+    return save_figure(fig, paths)
 
 
-def plot_ngram_werror(table: pd.DataFrame, paths) -> "plt.Figure":
+def plot_ngram_werror(table: pd.DataFrame, paths):
     """Fig. 7: W-error(d) of the n-gram matrix of each corpus, one panel per tokenizer (the
     paper - (a) Llama-2, (b) Pythia), one line per corpus (truth dashed)."""
-    tokenizers = list(dict.fromkeys(table["tokenizer"]))
-    colors = _colors(list(dict.fromkeys(table["corpus"])))
+    tokenizers = in_table_order(table, "tokenizer")
+    colors = colours(in_table_order(table, "corpus"))
     fig, axes = plt.subplots(1, len(tokenizers), figsize=(5.5 * len(tokenizers), 3.8), squeeze=False, sharey=True)
     for ax, tokenizer in zip(axes[0], tokenizers):
-        for corpus in dict.fromkeys(table.loc[table["tokenizer"] == tokenizer, "corpus"]):
+        for corpus in in_table_order(table[table["tokenizer"] == tokenizer], "corpus"):
             rows = table[(table["corpus"] == corpus) & (table["tokenizer"] == tokenizer) & (table["d"] > 0)]
             for kind, style in (("empirical", "-"), ("truth", "--")):
                 curve = rows[rows["kind"] == kind]
@@ -118,11 +110,10 @@ def plot_ngram_werror(table: pd.DataFrame, paths) -> "plt.Figure":
         ax.legend(fontsize=6)
     axes[0, 0].set_ylabel("W-error(d)")
     fig.tight_layout()
-    save_figure(fig, paths)
-    return fig  # closed; its axes stay inspectable
+    return save_figure(fig, paths)
 
 
-def plot_ground_truth(curves: pd.DataFrame, heads: pd.DataFrame | None, entropy_rate: float | None, paths) -> None:
+def plot_ground_truth(curves: pd.DataFrame, heads: pd.DataFrame | None, entropy_rate: float | None, paths):
     """Ground truth: empirical n-gram W-error curves against the true matrix's (left) and the
     rank-r head losses against the synthetic language's entropy rate (right, when given)."""
     with_heads = heads is not None and entropy_rate is not None
@@ -135,7 +126,8 @@ def plot_ground_truth(curves: pd.DataFrame, heads: pd.DataFrame | None, entropy_
         ax.plot(rows["d"], rows["werror"], color=cmap(0.8 * i / max(len(samples) - 1, 1)), lw=1.2,
                 label=f"{n:,} tokens ({int(rows['n_contexts'].iloc[0]):,} contexts)")
     truth = curves[curves["kind"] == "truth"]
-    ax.plot(truth["d"], truth["werror"], color="k", lw=2, label=f"truth ({int(truth['n_contexts'].iloc[0]):,} contexts)")
+    contexts = int(truth["n_contexts"].iloc[0])
+    ax.plot(truth["d"], truth["werror"], color="k", lw=2, label=f"truth ({contexts:,} contexts)")
     buckets = curves[curves["kind"] == "buckets"]
     if not buckets.empty:
         ax.plot(buckets["d"], buckets["werror"], color="0.5", ls="--", lw=1, label="bucket matrix (rows unweighted)")
@@ -148,7 +140,7 @@ def plot_ground_truth(curves: pd.DataFrame, heads: pd.DataFrame | None, entropy_
     ax.set_title("n-gram W-error converges to the truth", fontsize=9, loc="left")
     if with_heads:
         ax = axes[0, 1]
-        colors = _colors(_models(heads))
+        colors = colours(in_table_order(heads))
         _rank_curves(ax, heads, "eval_loss", colors)
         ax.axhline(entropy_rate, color="k", lw=1.5, ls="--", label=f"entropy rate {entropy_rate:.3f}")
         _rank_axis(ax, heads)
@@ -158,5 +150,5 @@ def plot_ground_truth(curves: pd.DataFrame, heads: pd.DataFrame | None, entropy_
         ax.legend(fontsize=7)
         ax.set_title("rank-r head loss approaches the entropy rate from above", fontsize=9, loc="left")
     fig.tight_layout()
-    save_figure(fig, paths)
+    return save_figure(fig, paths)
 

@@ -1,27 +1,23 @@
-"""Figures of representation degeneration (Godey et al. Figs. 2-5, and low-rank attention).
+"""Figures of representation degeneration (Godey et al. 2024, Figs. 2-5, and low-rank attention).
 
-Each function draws one figure from a tidy table of `lmsat.degeneration` and saves it as
-PNG and PDF (`lmsat.figures.save_figure`). Training time is on a log axis of tokens, so
-step 0 (0 tokens) is left out of the along-training panels, as in Fig. 1a. Revisions whose
-LM head or input embedding is bit-identical to another revision's (`identical_weights`) are
-drawn hollow (points) or dashed (curves), and a note says so.
+Each function draws one figure from a tidy table of `lmsat.degeneration`, saves every path it
+is given (PNG and PDF) and returns the figure. Models are drawn by size (`in_table_order`).
+Training time is on a log axis of tokens, so step 0 (0 tokens) is left out of the
+along-training panels, as in Fig. 1a. Revisions whose LM head or input embedding is
+bit-identical to another revision's (`identical_weights`) are drawn hollow (points) or dashed
+(curves), and a note says so.
 
     plot_anisotropy_depth(layers, ["fig2.png", "fig2.pdf"], suites=["toy"])
 """
 
 from __future__ import annotations
 
-import matplotlib
+import numpy as np
+import pandas as pd
+from matplotlib.colors import ListedColormap, Normalize, SymLogNorm
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-from matplotlib.colors import ListedColormap, Normalize, SymLogNorm  # noqa: E402
+from lmsat.figures.style import IDENTICAL_NOTE, colours, in_table_order, label_grid, note, panel_grid, plt, save_figure
 
-from lmsat.figures import label_grid, panel_grid, save_figure  # noqa: E402
-
-IDENTICAL_NOTE = "hollow/dashed: head or embedding bit-identical to another revision's (tables/identical_weights.csv)"
 ATTENTION_PANELS = (  # (column, y label); linear axes show "towards 1" and "towards 0" as such
     ("effective_rank", "effective rank"),
     ("nuclear_ratio", "nuclear ratio"),
@@ -29,65 +25,39 @@ ATTENTION_PANELS = (  # (column, y label); linear axes show "towards 1" and "tow
 )
 
 
-def _models(table: pd.DataFrame) -> list[str]:
-    """Models in table order (the plan's: by size, lmsat.config.by_size; keep first appearance)."""
-    return list(dict.fromkeys(table["model"]))
-
-
-def _model_colours(models: list[str]) -> dict[str, tuple]:
-    cmap = plt.get_cmap("viridis")
-    return {m: cmap(0.85 * i / max(1, len(models) - 1)) for i, m in enumerate(models)}
-
-
-def _note(fig, text: str) -> None:
-    fig.text(0.01, -0.01, text, fontsize=7, color="0.35", ha="left", va="top")
-
-
-def _grid(n: int, ncols: int, width: float, height: float, **kwargs):
-    ncols = max(1, min(ncols, n))
-    nrows = -(-n // ncols)
-    fig, axes = plt.subplots(
-        nrows, ncols, figsize=(width * ncols, height * nrows + 0.4), squeeze=False, layout="constrained", **kwargs
-    )
-    for ax in axes.ravel()[n:]:
-        ax.set_visible(False)
-    return fig, axes.ravel()[:n]
-
-
-def plot_anisotropy_depth(layers: pd.DataFrame, paths, suites: list[str] | None = None) -> "plt.Figure":
+def plot_anisotropy_depth(layers: pd.DataFrame, paths, suites: list[str] | None = None):
     """Fig. 2: anisotropy vs relative layer depth at each model's final checkpoint.
 
-    One panel per suite (`suites`, default every suite of the table), one line per model;
+    One panel per suite (`suites`, default every suite of the table), one line per model (by size);
     depth 0 is the embedding output, 1 the last layer (post final norm).
     """
-    suites = list(suites or dict.fromkeys(layers["suite"]))
+    suites = list(suites or in_table_order(layers, "suite"))
     unknown = sorted(set(suites) - set(layers["suite"]))
     if unknown:
         raise ValueError(f"suites {unknown} have no anisotropy records; drop them from figures.anisotropy_suites")
     final = layers[layers["is_final"]]
-    fig, axes = _grid(len(suites), 4, 3.6, 3.0, sharey=True)
+    fig, axes = panel_grid(len(suites), 3.6, 3.0, ncols=4, pad=0.4, sharex=False, sharey=True)
     for ax, suite in zip(axes, suites):
         rows = final[final["suite"] == suite]
-        models = _models(rows)
-        colours = _model_colours(models)
+        models = in_table_order(rows)
+        palette = colours(models)
         for model in models:
             curve = rows[rows["model"] == model].sort_values("relative_depth")
-            ax.plot(curve["relative_depth"], curve["anisotropy"], "o-", ms=3, lw=1.2, color=colours[model], label=model)
+            ax.plot(curve["relative_depth"], curve["anisotropy"], "o-", ms=3, lw=1.2, color=palette[model], label=model)
         ax.set_title(suite, fontsize=9, loc="left")
         ax.set_xlabel("relative layer depth")
         ax.set_xlim(-0.03, 1.03)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=6, loc="best")
     axes[0].set_ylabel("anisotropy (mean cosine)")
-    save_figure(fig, paths)
-    return fig  # closed; its axes stay inspectable
+    return save_figure(fig, paths)
 
 
-def plot_anisotropy_training(training: pd.DataFrame, paths) -> None:
+def plot_anisotropy_training(training: pd.DataFrame, paths):
     """Fig. 3: loss along training, points coloured by last-layer anisotropy; a panel per model,
-    in table order (by size), row by row."""
+    by size (in_table_order), row by row."""
     rows_all = training[training["tokens"] > 0]
-    models = _models(rows_all)
+    models = in_table_order(rows_all)
     norm = Normalize(rows_all["anisotropy_last"].min(), rows_all["anisotropy_last"].max())
     fig, axes = panel_grid(len(models))  # no taller than wide: a report shows it whole
     for ax, model in zip(axes, models):
@@ -101,10 +71,10 @@ def plot_anisotropy_training(training: pd.DataFrame, paths) -> None:
         ax.set_title(model, fontsize=9, loc="left")
     label_grid(axes, "training tokens", "loss (nats)")
     fig.colorbar(points, ax=list(axes), label="last-layer anisotropy", shrink=0.6)
-    save_figure(fig, paths)
+    return save_figure(fig, paths)
 
 
-def plot_head_spectra(spectra: pd.DataFrame, paths) -> "plt.Figure":
+def plot_head_spectra(spectra: pd.DataFrame, paths):
     """Fig. 4: LM-head singular values / the largest, one curve per checkpoint (colour = step).
 
     A panel per model with checkpoints along training; models released without intermediate
@@ -113,10 +83,10 @@ def plot_head_spectra(spectra: pd.DataFrame, paths) -> "plt.Figure":
     """
     along = spectra.groupby("model", sort=False)["step"].transform("max") > 0
     spectra = spectra[along] if along.any() else spectra
-    models = _models(spectra)
+    models = in_table_order(spectra)
     norm = SymLogNorm(linthresh=1, vmin=0, vmax=max(1, spectra["step"].max()), base=10)
     cmap = plt.get_cmap("viridis")
-    fig, axes = _grid(len(models), 4, 3.4, 2.8, sharey=True)
+    fig, axes = panel_grid(len(models), 3.4, 2.8, ncols=4, pad=0.4, sharex=False, sharey=True)
     for ax, model in zip(axes, models):
         rows = spectra[spectra["model"] == model]
         for (_, step, flagged), curve in rows.groupby(["revision", "step", "identical_weights"], sort=False):
@@ -132,13 +102,12 @@ def plot_head_spectra(spectra: pd.DataFrame, paths) -> "plt.Figure":
     mappable = plt.cm.ScalarMappable(norm=norm, cmap=cmap)
     fig.colorbar(mappable, ax=list(axes), label="training step", shrink=0.9)
     if spectra["identical_weights"].any():
-        _note(fig, IDENTICAL_NOTE)
-    save_figure(fig, paths)
-    return fig  # closed; its axes stay inspectable
+        note(fig, IDENTICAL_NOTE)
+    return save_figure(fig, paths)
 
 
-def plot_singular_entropy(entropy: pd.DataFrame, paths, power: int = 1) -> None:
-    """Fig. 5: singular entropy KL(p || uniform) of the head along training, every model.
+def plot_singular_entropy(entropy: pd.DataFrame, paths, power: int = 1):
+    """Fig. 5: singular entropy KL(p || uniform) of the head along training, a line per model (by size).
 
     power 1: p ~ sigma (default); 2: p ~ sigma^2 (columns singular_entropy_sigma[2]).
     """
@@ -146,12 +115,12 @@ def plot_singular_entropy(entropy: pd.DataFrame, paths, power: int = 1) -> None:
         raise ValueError(f"power={power!r} must be 1 (p ~ sigma) or 2 (p ~ sigma^2); see spectra.entropy_power")
     column = "singular_entropy_sigma" if power == 1 else "singular_entropy_sigma2"
     rows_all = entropy[entropy["tokens"] > 0]
-    models = _models(rows_all)
-    colours = _model_colours(models)
+    models = in_table_order(rows_all)
+    palette = colours(models)
     fig, ax = plt.subplots(figsize=(6, 3.6), layout="constrained")
     for model in models:
         rows = rows_all[rows_all["model"] == model]
-        colour = colours[model]
+        colour = palette[model]
         ax.plot(rows["tokens"], rows[column], lw=1.2, color=colour, label=model)
         ok, flagged = rows[~rows["identical_weights"]], rows[rows["identical_weights"]]
         ax.scatter(ok["tokens"], ok[column], s=16, color=colour, zorder=3)
@@ -162,8 +131,8 @@ def plot_singular_entropy(entropy: pd.DataFrame, paths, power: int = 1) -> None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="best")
     if rows_all["identical_weights"].any():
-        _note(fig, IDENTICAL_NOTE)
-    save_figure(fig, paths)
+        note(fig, IDENTICAL_NOTE)
+    return save_figure(fig, paths)
 
 
 def attention_medians(attention: pd.DataFrame) -> pd.DataFrame:
@@ -173,14 +142,14 @@ def attention_medians(attention: pd.DataFrame) -> pd.DataFrame:
     return attention.groupby(keys, sort=False)[columns].median().reset_index()
 
 
-def plot_attention_lowrank(attention: pd.DataFrame, paths) -> None:
-    """Low-rank attention along training: a row per model, a column per metric.
+def plot_attention_lowrank(attention: pd.DataFrame, paths):
+    """Low-rank attention along training: a row per model (by size), a column per metric.
 
     Lines are layers (colour = relative depth), solid for qk = W_Q^T W_K, dashed for
     vo = W_O W_V, each the median over the layer's heads.
     """
     medians = attention_medians(attention[attention["tokens"] > 0])
-    models = _models(medians)
+    models = in_table_order(medians)
     cmap = plt.get_cmap("plasma")
     fig, axes = plt.subplots(
         len(models), len(ATTENTION_PANELS), figsize=(3.4 * len(ATTENTION_PANELS), 2.0 * len(models) + 0.8),
@@ -209,5 +178,5 @@ def plot_attention_lowrank(attention: pd.DataFrame, paths) -> None:
     mappable = plt.cm.ScalarMappable(norm=Normalize(0, 1), cmap=ListedColormap(cmap(np.linspace(0, 0.85, 256))))
     fig.colorbar(mappable, ax=axes.ravel().tolist(), label="relative layer depth", shrink=0.6)
     if medians["identical_weights"].any():
-        _note(fig, "hollow: head or embedding bit-identical to another revision's (tables/identical_weights.csv)")
-    save_figure(fig, paths)
+        note(fig, "hollow: head or embedding bit-identical to another revision's (tables/identical_weights.csv)")
+    return save_figure(fig, paths)
