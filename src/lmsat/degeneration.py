@@ -45,7 +45,7 @@ import pandas as pd
 
 from lmsat.io import atomic_path, check_identity, library_versions, promised_by_path
 from lmsat.spectra import effective_rank, identical_heads, singular_entropy, stable_rank
-from lmsat.tables import in_model_order, with_provenance
+from lmsat.tables import in_model_order
 
 log = logging.getLogger(__name__)
 
@@ -379,14 +379,3 @@ def attention_table(
     flagged = set() if identical is None else set(zip(identical["model"], identical["revision"]))
     table["identical_weights"] = [(m, r) in flagged for m, r in zip(table["model"], table["revision"])]
     return in_model_order(table, model_order, ["step", "kind", "layer", "head"])
-
-
-def write_csv(table: pd.DataFrame, path, config_sha256: str | None = None, inputs=()) -> None:
-    """Write a table atomically (the file appears only once complete); with `config_sha256`,
-    an aggregated table also records the config, library versions and source that made it
-    (and with `inputs`, the source that made each row: lmsat.tables.with_provenance)."""
-    if config_sha256 is not None:
-        table = with_provenance(table, config_sha256, inputs)
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(path) as tmp:
-        table.to_csv(tmp, index=False)

@@ -9,7 +9,7 @@ from pathlib import Path
 import h5py
 import pandas as pd
 
-from lmsat.io import library_versions, read_json, source_sha256
+from lmsat.io import atomic_path, library_versions, read_json, source_sha256
 
 log = logging.getLogger(__name__)
 
@@ -80,3 +80,15 @@ def with_provenance(table: pd.DataFrame, config_sha256: str, inputs=()) -> pd.Da
                 len(stale), ", ".join(f"{m}@{r}" for m, r in stale.itertuples(index=False)),
             )
     return table
+
+
+def write_csv(table: pd.DataFrame, path, config_sha256: str | None = None, inputs=()) -> None:
+    """Write a table atomically (the file appears only once complete); with `config_sha256`,
+    an aggregated table also records the config, library versions and source that made it
+    (and with `inputs`, the source that made each row: with_provenance). Every CSV table of
+    the workflow is written here."""
+    if config_sha256 is not None:
+        table = with_provenance(table, config_sha256, inputs)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path) as tmp:
+        table.to_csv(tmp, index=False)

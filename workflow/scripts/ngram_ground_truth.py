@@ -7,7 +7,7 @@ import logging
 
 import pandas as pd
 
-from lmsat.degeneration import write_csv
+from lmsat.tables import write_csv
 from lmsat.io import setup_logging
 from lmsat.ngram_werror import TABLE_COLUMNS, curve_rows, ground_truth_spectra
 from lmsat.synthetic import LanguageSpec, build_language

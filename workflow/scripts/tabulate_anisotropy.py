@@ -4,7 +4,8 @@ import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
 import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
 import pandas as pd
 
-from lmsat.degeneration import anisotropy_tables, write_csv
+from lmsat.degeneration import anisotropy_tables
+from lmsat.tables import write_csv
 from lmsat.io import read_record, setup_logging
 
 

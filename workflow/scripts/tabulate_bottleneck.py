@@ -6,7 +6,7 @@ import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
 import logging
 
 from lmsat.bottleneck import heads_tables, monotone_violations, read_head_inputs
-from lmsat.degeneration import write_csv
+from lmsat.tables import write_csv
 from lmsat.io import setup_logging
 
 log = logging.getLogger(__name__)

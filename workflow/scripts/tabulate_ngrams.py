@@ -5,7 +5,7 @@ import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
 import h5py
 import pandas as pd
 
-from lmsat.degeneration import write_csv
+from lmsat.tables import write_csv
 from lmsat.io import check_identity, promised_by_path, setup_logging
 from lmsat.ngram_werror import TABLE_COLUMNS, curve_rows
 

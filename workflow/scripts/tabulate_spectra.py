@@ -2,7 +2,8 @@
 
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
 import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
-from lmsat.degeneration import spectra_tables, write_csv
+from lmsat.degeneration import spectra_tables
+from lmsat.tables import write_csv
 from lmsat.io import setup_logging
 
 
