@@ -37,7 +37,6 @@ from __future__ import annotations
 import json
 import logging
 from concurrent.futures import Future
-from pathlib import Path
 
 import h5py
 import numpy as np
