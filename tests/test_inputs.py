@@ -455,7 +455,7 @@ def test_the_conda_env_lists_the_requirements_of_pyproject():
     assert listed == wanted
 
 
-def test_scripts_import_lmsat_from_the_workflows_own_src_first():
+def test_scripts_import_lmsat_from_the_workflows_own_src_first(tmp_path):
     """Where lmsat is not installed (a job's conda env), the shim alone makes it importable:
     `python -S` leaves out every site-packages, the editable install included."""
     import ast
@@ -478,6 +478,22 @@ def test_scripts_import_lmsat_from_the_workflows_own_src_first():
     result = subprocess.run([sys.executable, "-S", "-c", code, str(scripts)], capture_output=True, text=True, env=env)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == str(ROOT / "src" / "lmsat" / "io.py")  # lmsat.io needs only the stdlib
+
+    # Another checkout's lmsat ahead on sys.path (an editable install of it), and this src/
+    # appended behind it, as Snakemake's script preamble does: the shim still wins.
+    other = tmp_path / "other" / "lmsat"
+    other.mkdir(parents=True)
+    (other / "__init__.py").write_text("raise ImportError('the other checkout')\n")
+    code = (
+        "import sys; sys.path[:0] = [sys.argv[2]]; sys.path += [sys.argv[1], sys.argv[3]]; "
+        "import _lmsat_src, lmsat.io; print(lmsat.io.__file__)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-S", "-c", code, str(scripts), str(other.parent), str(ROOT / "src")],
+        capture_output=True, text=True, env=env,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == str(ROOT / "src" / "lmsat" / "io.py")
 
 
 def test_a_parameter_count_copied_from_another_model_is_refused(tmp_path):

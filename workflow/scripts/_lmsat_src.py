@@ -12,5 +12,7 @@ import sys
 from pathlib import Path
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
-if SRC not in sys.path:
-    sys.path.insert(0, SRC)
+# At the front even when already on sys.path: Snakemake's script preamble appends the
+# planner's sys.path (which holds this src/) behind site-packages, where an installed
+# lmsat (another checkout's editable install) would otherwise win.
+sys.path[:] = [SRC] + [entry for entry in sys.path if entry != SRC]
