@@ -200,11 +200,12 @@ def _job_namespace(checkpoint: Path, out: Path, sample: Path, args) -> object:
             record=dict(suite="bench", model=entry["name"], revision=revision, step=0, tokens=0),
             tokenizer={},
             drop_padding_rows=False,  # no Pythia tokenizer offline: every head row enters the SVD
+            weight_metrics=["spectra", "attention"],
             extraction=args.extraction,
-            device=args.device,
             seed=0,
-            threads=args.threads,
         ),
+        threads=args.threads,  # operational settings reach a job as Snakemake's, not as params
+        config=dict(device=args.device),
     )
 
 
@@ -246,7 +247,8 @@ def child_weights(checkpoint: str, args) -> dict:
     sync()
     start = time.perf_counter()
     with ThreadPoolExecutor(max_workers=2) as pool:
-        spectrum, arrays, shape = script.analyse_weights(lm, entry, "step0", ns.params, pool)
+        analysed = script.analyse_weights(lm, entry, "step0", ns.params, pool)
+        spectrum, arrays = analysed["spectra"], analysed["attention"]["arrays"]
         sync()
         analyses = time.perf_counter() - start
         hashes = [spectrum[k].result() for k in ("head_sha256", "embedding_sha256")]
@@ -357,6 +359,8 @@ def main() -> None:
     parser.add_argument("--args-json", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child is not None:
+        # as Snakemake runs the rule's script: its directory on sys.path (for `import _lmsat_src`)
+        sys.path.insert(0, str(ROOT / "workflow" / "scripts"))
         vars(args).update(json.loads(args.args_json))
         kind, *rest = args.child
         result = {"start": lambda: child_start(args.device), "job": lambda: child_job(*rest, args),

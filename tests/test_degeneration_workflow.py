@@ -17,20 +17,11 @@ from lmsat.attention import attention_lowrank
 from lmsat.cache import ExtractionSettings, extract_to_cache, open_cache
 from lmsat.config import ConfigError, ModelEntry, load_plan
 from lmsat.corpus import read_sample, write_sample
-from lmsat.degeneration import (
-    IDENTICAL_COLUMNS,
-    anisotropy_tables,
-    attention_table,
-    head_spectrum,
-    read_attention,
-    read_spectrum,
-    spectra_tables,
-    valid_head_rows,
-    write_spectrum,
-)
+from lmsat.degeneration import head_spectrum, read_attention, read_spectrum, valid_head_rows, write_spectrum
 from lmsat.figures import degeneration as figures
 from lmsat.metrics import METRICS
 from lmsat.spectra import matrix_sha256, singular_entropy
+from lmsat.tables import IDENTICAL_COLUMNS, anisotropy_tables, attention_table, spectra_tables
 
 from conftest import SCHEMA, script, word_tokenizer
 
@@ -121,6 +112,7 @@ def run_checkpoint_job(model, revision, step, root, out):
             tokenizer=dict(source="local", id=str(root / "tokenizer"), revision="main"),
             drop_padding_rows=True,
             extraction=SETTINGS,
+            weight_metrics=["spectra", "attention"],
             seed=0,
         ),
         threads=1,

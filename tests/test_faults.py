@@ -322,7 +322,7 @@ def test_unfetchable_model_fails_only_its_own_jobs(faulted_run):
 def test_rerun_completes_the_rest_without_recomputing(resumed_run):
     workdir, result = resumed_run
     assert result.returncode == 0, result.stdout[-3000:]
-    assert job_counts(result.stdout) == {"tabulate_loss": 1, "total": 1}
+    assert job_counts(result.stdout) == {"tabulate_metric": 1, "total": 1}
     table = pd.read_csv(workdir / "results/default/tables/loss.csv")
     assert sorted(zip(table["model"], table["revision"])) == sorted(CHECKPOINTS)
 
@@ -464,8 +464,8 @@ def test_corrupt_caches_fail_the_jobs_that_read_them(resumed_run, tmp_path):
         log = (workdir / f"logs/default/compute_checkpoint_metric/loss/{model}/{revision}.log").read_text()
         assert str(caches[name].relative_to(workdir)) in log and problem in log, (name, log[-2000:])
         assert "delete it and rerun" in log or "delete the cache and rerun" in log
-    assert job_counts(result.stdout) == {"compute_checkpoint_metric": 3, "tabulate_loss": 1, "total": 4}
-    assert "rule tabulate_loss:" not in result.stdout  # planned, never run: nothing aggregated
+    assert job_counts(result.stdout) == {"compute_checkpoint_metric": 3, "tabulate_metric": 1, "total": 4}
+    assert "rule tabulate_metric:" not in result.stdout  # planned, never run: nothing aggregated
     assert (workdir / "results/default/tables/loss.csv").read_bytes() == table
 
 

@@ -240,10 +240,14 @@ def loss_record(model, revision, step, loss=3.0):
 
 
 def tabulate_loss_job(tmp_path, paths):
+    """Rule tabulate_metric's job for the loss table."""
     from types import SimpleNamespace
 
-    return SimpleNamespace(input=[str(p) for p in paths], output=[str(tmp_path / "loss.csv")],
-                           log=[str(tmp_path / "loss.log")], params=SimpleNamespace(config_sha256="0" * 64, models=["m"]))
+    from snakemake.iocontainers import Namedlist
+
+    return SimpleNamespace(input=Namedlist(fromdict={"files": [str(p) for p in paths]}), output=[str(tmp_path / "loss.csv")],
+                           log=[str(tmp_path / "loss.log")], wildcards=SimpleNamespace(table="loss"),
+                           params=SimpleNamespace(metric="loss", config_sha256="0" * 64, models=["m"]))
 
 
 def test_a_metric_record_copied_from_another_revision_fails_its_table(tmp_path):
@@ -255,13 +259,13 @@ def test_a_metric_record_copied_from_another_revision_fails_its_table(tmp_path):
         paths.append(tmp_path / "metrics" / "loss" / "m" / f"{revision}.json")
         write_json(paths[-1], loss_record("m", revision, step))
     job = tabulate_loss_job(tmp_path, paths)
-    script("tabulate_loss").main(job)  # the right files tabulate
+    script("tabulate_metric").main(job)  # the right files tabulate
     assert (tmp_path / "loss.csv").read_text().count("toy,m,step") == 3
     (tmp_path / "loss.csv").unlink()
     paths[2].write_text(paths[1].read_text())  # step400's record copied over step800's
     with pytest.raises(IdentityError, match=rf"{paths[2]} was made for metric='loss', model='m', revision='step400', "
                                             rf"but its path promises metric='loss', model='m', revision='step800'"):
-        script("tabulate_loss").main(job)
+        script("tabulate_metric").main(job)
     assert not (tmp_path / "loss.csv").exists()  # no table from it
 
 

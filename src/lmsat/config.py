@@ -518,10 +518,25 @@ def _check_references(config: dict, models: dict[str, ModelEntry]) -> None:
             raise ConfigError(f"tokenizers.{name}.id", f"directory {spec['id']} does not exist", "fix the path")
     from lmsat.metrics import METRICS  # light import: no torch
 
-    for i, metric in enumerate(config["metrics"]):
+    planned = config["metrics"] or list(METRICS)
+    for i, metric in enumerate(config["metrics"] or []):
         check_path_name(f"metrics[{i}]", metric, "metric name")
         if metric not in METRICS:
             raise ConfigError(f"metrics[{i}]", f"unknown metric {metric!r}", f"use one of: {', '.join(METRICS)}")
+    made = {table: metric for metric in planned for table in METRICS[metric].tables}
+    for metric in planned:
+        for table in METRICS[metric].tables.values():
+            for need in table.needs:
+                if need not in made:
+                    owner = next((m for m in METRICS if need in METRICS[m].tables), need)
+                    raise ConfigError(
+                        "metrics", f"metric {metric!r} needs table {need!r} of metric {owner!r}",
+                        f"add {owner} to metrics (or leave metrics null for all)",
+                    )
+    for needed, why in (("loss", "best and final checkpoints, Table 1 and Fig. 1b read its table"),
+                        ("spectra", "the bottleneck section reads the final head's spectrum")):
+        if needed not in planned and (needed == "loss" or config["bottleneck"]["models"]):
+            raise ConfigError("metrics", f"{needed} is not planned: {why}", f"add {needed} to metrics")
     for i, name in enumerate(config["scaling"]["models"]):
         if name not in models:
             raise ConfigError(f"scaling.models[{i}]", f"unknown model {name!r}", f"use one of: {', '.join(models)}")

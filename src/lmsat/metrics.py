@@ -1,47 +1,102 @@
-"""Per-checkpoint metrics, registered by name (the `{metric}` wildcard resolves here).
+"""Per-checkpoint metrics, registered by name: what each reads, how it is computed per
+checkpoint, how its records aggregate into tables, and which figures draw them.
 
-A metric reads either the hidden-state cache of a checkpoint (`source="cache"`) or the
-checkpoint's weights (`source="weights"`), and returns a flat dict of JSON values. This
-module imports no torch, so the workflow can read the registry at DAG time.
+The workflow plans from this registry alone (config `metrics:` names entries; the
+`{metric}` and `{table}` wildcards resolve here; figures resolve in lmsat.figures.FIGURES):
 
-    @register("loss", source="cache", higher_is_better=False, description="...")
-    def loss(cache) -> dict: ...
+    reads="cache"    compute(cache) -> flat dict of JSON values, one job per checkpoint x
+                     metric (rule compute_checkpoint_metric, a JSON record per checkpoint)
+    reads="weights"  compute(lm, job) -> result, then write(path, result, record): every
+                     weight metric of a checkpoint runs in its one analyse_checkpoint job,
+                     which loads the weights once (an HDF5 file per checkpoint x metric)
+
+    tables: name -> Table(build(files, needed_tables, model_order) -> DataFrame, needs=...)
+            (rule tabulate_metric, one generic rule for every table; builders: lmsat.tables)
+
+This module imports no torch or pandas, so the workflow reads it at DAG time.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
+
+READS = ("cache", "weights")
+
+
+@dataclass(frozen=True)
+class Table:
+    build: Callable  # (files, {needed table: DataFrame}, model_order) -> DataFrame
+    needs: tuple[str, ...] = ()  # tables (of this or planned metrics) the build reads
+    row_provenance: bool = True  # each row records the lmsat source that computed it
 
 
 @dataclass(frozen=True)
 class Metric:
     name: str
-    source: str  # "cache": reads results/cache/...h5; "weights": loads the checkpoint
+    reads: str  # "cache": the hidden-state cache; "weights": the loaded checkpoint
     higher_is_better: bool | None  # None: neither (a diagnostic)
     description: str
-    compute: Callable[..., dict]
+    compute: Callable
+    tables: dict[str, Table] = field(default_factory=dict)
+    figures: tuple[str, ...] = ()  # stems in lmsat.figures.FIGURES
+    write: Callable | None = None  # weights metrics: write(path, result, record)
 
 
 METRICS: dict[str, Metric] = {}
 
 
-def register(name: str, *, source: str, higher_is_better: bool | None, description: str):
-    if source not in ("cache", "weights"):
-        raise ValueError(f"metric {name}: source must be 'cache' or 'weights', not {source!r}")
+def register(name: str, *, reads: str, higher_is_better: bool | None, description: str, tables=None,
+             figures=(), write=None):
+    if reads not in READS:
+        raise ValueError(f"metric {name}: reads must be one of {READS}, not {reads!r}")
+    if reads == "weights" and write is None:
+        raise ValueError(f"metric {name}: a weights metric needs write(path, result, record)")
 
     def decorate(fn):
         if name in METRICS:
             raise ValueError(f"metric {name!r} is registered twice")
-        METRICS[name] = Metric(name, source, higher_is_better, description, fn)
+        METRICS[name] = Metric(name, reads, higher_is_better, description, fn, dict(tables or {}), tuple(figures), write)
         return fn
 
     return decorate
 
 
-@register("loss", source="cache", higher_is_better=False, description="mean per-token cross-entropy (nats) on the eval sample")
+def table_metric() -> dict[str, str]:
+    """Table name -> the metric whose records it aggregates (table names are unique)."""
+    owner = {}
+    for metric in METRICS.values():
+        for table in metric.tables:
+            if table in owner:
+                raise ValueError(f"table {table!r} is registered by metrics {owner[table]} and {metric.name}")
+            owner[table] = metric.name
+    return owner
+
+
+def _build(function: str, *args, **kwargs):
+    """A table builder of lmsat.tables, imported when a tabulating job calls it."""
+
+    def build(files, needed, model_order):
+        from lmsat import tables
+
+        return getattr(tables, function)(files, needed, model_order, *args, **kwargs)
+
+    return build
+
+
+# ---------------------------------------------------------------- read the hidden-state cache
+
+
+@register(
+    "loss",
+    reads="cache",
+    higher_is_better=False,
+    description="mean per-token cross-entropy (nats) on the eval sample",
+    tables={"loss": Table(_build("loss_from_records"))},
+    figures=("fig1a_loss",),
+)
 def loss(cache) -> dict:
     """Mean cross-entropy over every predicted position of the eval sample."""
     from lmsat.cache import CacheError
@@ -54,9 +109,14 @@ def loss(cache) -> dict:
 
 @register(
     "anisotropy",
-    source="cache",
+    reads="cache",
     higher_is_better=None,
     description="mean pairwise cosine of the representations of every layer (sampled tokens) and of the last layer (all tokens)",
+    tables={
+        "anisotropy_layers": Table(_build("anisotropy_from_records", part=0), needs=("loss",)),
+        "anisotropy_training": Table(_build("anisotropy_from_records", part=1), needs=("loss",)),
+    },
+    figures=("fig2_anisotropy_depth", "fig3_anisotropy_training"),
 )
 def anisotropy(cache) -> dict:
     """A(H) per layer from `layers` (k sampled tokens) and exactly for the last layer.
@@ -86,3 +146,125 @@ def anisotropy(cache) -> dict:
         "layer_sample": layers.shape[1],
         "n_tokens": last.n,
     }
+
+
+@register(
+    "effective_rank",
+    reads="cache",
+    higher_is_better=None,
+    description="effective rank and singular entropy of the last-layer representations (all tokens of the eval sample)",
+    tables={
+        "effective_rank": Table(
+            _build("scalars_from_records", columns=("effective_rank", "effective_rank_centered", "singular_entropy", "n_tokens"))
+        )
+    },
+    figures=("effective_rank",),
+)
+def effective_rank(cache) -> dict:
+    """Roy & Vetterli's effective rank exp(H(p)), p = s / sum(s), of the last-layer
+    representations H (n_tokens, d) and of H with its mean row removed (the spread that
+    anisotropy's common direction hides), and the singular entropy KL(p || uniform) of H
+    (as Fig. 5 for the head). Singular values from the float64 Gram H^T H, streamed."""
+    from lmsat.cache import iter_rows
+    from lmsat.spectra import effective_rank as roy_vetterli
+    from lmsat.spectra import singular_entropy
+
+    hidden = cache["hidden"]  # (n_tokens, d)
+    d = hidden.shape[1]
+    gram, total, n = np.zeros((d, d)), np.zeros(d), 0  # (d, d), (d,)
+    for block in iter_rows(hidden, rows=max(1, 2**23 // d)):  # (m, d) float64, 64 MiB
+        gram += block.T @ block
+        total += block.sum(axis=0)
+        n += block.shape[0]
+    mean = total / n
+    centered = gram - n * np.outer(mean, mean)  # (H - mean)^T (H - mean)
+    s = np.sqrt(np.clip(np.linalg.eigvalsh(gram)[::-1], 0, None))  # (d,) descending
+    s_centered = np.sqrt(np.clip(np.linalg.eigvalsh(centered)[::-1], 0, None))
+    return {
+        "effective_rank": roy_vetterli(s),
+        "effective_rank_centered": roy_vetterli(s_centered),
+        "singular_entropy": singular_entropy(s),
+        "hidden_size": d,
+        "n_tokens": n,
+    }
+
+
+# ---------------------------------------------------------------- read the weights
+
+
+@dataclass(frozen=True)
+class WeightsJob:
+    """What a weights metric may need besides the model (rule analyse_checkpoint)."""
+
+    model: str  # the model's name in the plan
+    tokenizer: str  # its tokenizer's name in the config
+    tokenizer_spec: dict  # config['tokenizers'][tokenizer], as jobs see it
+    drop_padding_rows: bool  # spectra.drop_padding_rows
+    pool: object = None  # an executor for work beside the forward (the weight hashes)
+
+
+def _write_spectrum(path, result: dict, record: dict) -> None:
+    from lmsat.degeneration import write_spectrum
+
+    result = dict(result)
+    tokenizer_size = result.pop("tokenizer_size")
+    write_spectrum(path, result, record, tokenizer_size)
+
+
+@register(
+    "spectra",
+    reads="weights",
+    higher_is_better=None,
+    description="singular values of the LM head (float64, padding rows dropped) and hashes of the head and input embedding",
+    tables={
+        "spectra": Table(_build("spectra_from_files", part=0)),
+        "singular_entropy": Table(_build("spectra_from_files", part=1)),
+        "identical_weights": Table(_build("spectra_from_files", part=2), row_provenance=False),
+    },
+    figures=("fig4_head_spectra", "fig5_singular_entropy"),
+    write=_write_spectrum,
+)
+def spectra(lm, job: WeightsJob) -> dict:
+    """The head spectrum of `lm` on its device (lmsat.degeneration.head_spectrum)."""
+    import logging
+
+    from lmsat.degeneration import head_spectrum
+
+    tokenizer_size = None
+    if job.drop_padding_rows:
+        from lmsat.models import load_tokenizer
+
+        tokenizer_size = len(load_tokenizer(job.tokenizer_spec, job.tokenizer))
+    spectrum = head_spectrum(lm, tokenizer_size, job.drop_padding_rows, job.tokenizer, pool=job.pool)
+    logging.getLogger(__name__).info(
+        "%s: head %d x %d (%s), %d rows in the SVD",
+        job.model, spectrum["n_rows"], spectrum["hidden_size"], spectrum["head_dtype"], spectrum["n_valid_rows"],
+    )
+    return {**spectrum, "tokenizer_size": tokenizer_size}
+
+
+def _write_attention(path, result: dict, record: dict) -> None:
+    from lmsat.degeneration import write_attention
+
+    write_attention(path, result["arrays"], result["shape"], record, result["hidden_size"])
+
+
+@register(
+    "attention",
+    reads="weights",
+    higher_is_better=None,
+    description="low-rank metrics of every head's W_Q^T W_K and W_O W_V (Kobayashi et al.)",
+    tables={"attention_lowrank": Table(_build("attention_from_files"), needs=("identical_weights",))},
+    figures=("attention_lowrank",),
+    write=_write_attention,
+)
+def attention(lm, job: WeightsJob) -> dict:
+    """Per-head low-rank metrics of `lm` on its device (lmsat.degeneration.attention_arrays)."""
+    import logging
+
+    from lmsat.adapters import lm_head_matrix
+    from lmsat.degeneration import attention_arrays
+
+    arrays, shape = attention_arrays(lm)
+    logging.getLogger(__name__).info("%s: attention of %d layers x %d heads", job.model, shape["n_layers"], shape["n_heads"])
+    return dict(arrays=arrays, shape=shape, hidden_size=int(lm_head_matrix(lm).shape[1]))

@@ -1,8 +1,9 @@
-# One job per checkpoint loads it once and writes everything that needs its weights: the
-# LM-head spectrum (Godey et al. 4.2), the low-rank attention metrics (Kobayashi et al.)
-# and the hidden-state cache (one forward of the eval sample, stored as HDF5). Loading
-# (torch + transformers import, then the weights) costs more than the two weight analyses
-# together, so separate jobs would load every checkpoint twice (and fetch it twice).
+# One job per checkpoint loads it once and writes everything that needs its weights: every
+# planned weights metric (lmsat.metrics: the LM-head spectrum of Godey et al. 4.2, the
+# low-rank attention metrics of Kobayashi et al.) and the hidden-state cache (one forward
+# of the eval sample, stored as HDF5). Loading (torch + transformers import, then the
+# weights) costs more than the weight analyses together, so separate jobs would load every
+# checkpoint twice (and fetch it twice).
 
 
 rule analyse_checkpoint:
@@ -11,9 +12,8 @@ rule analyse_checkpoint:
         weights=checkpoint_weights,
         tokenizer=tokenizer_files,
     output:
+        **WEIGHT_METRIC_FILES,
         cache="results/{run}/cache/{model}/{revision}.h5",
-        spectra="results/{run}/spectra/{model}/{revision}.h5",
-        attention="results/{run}/attention/{model}/{revision}.h5",
     log:
         "logs/{run}/analyse_checkpoint/{model}/{revision}.log",
     benchmark:
@@ -33,6 +33,7 @@ rule analyse_checkpoint:
         tokenizer=lambda wildcards: model_tokenizer(wildcards.model),
         drop_padding_rows=CONFIG["spectra"]["drop_padding_rows"],
         extraction=RESULT_CONFIG["extraction"],
+        weight_metrics=WEIGHT_METRICS,
         seed=CONFIG["seed"],
     script:
         "../scripts/analyse_checkpoint.py"

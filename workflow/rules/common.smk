@@ -21,7 +21,8 @@ from lmsat.corpus import corpus_inputs
 from lmsat.evaluation import OFFLINE_TASKS, STORYCLOZE_2016_FILES
 from lmsat.fetch import checkpoint_disk_mb, estimated_parameters
 from lmsat.headcache import shard_count
-from lmsat.metrics import METRICS
+from lmsat.figures import FIGURES
+from lmsat.metrics import METRICS, table_metric
 from lmsat.staging import needs_staging_corpus, needs_staging_tokenizer
 from snakemake.utils import update_config
 
@@ -93,6 +94,22 @@ HEAD_SHARDS = {
 NGRAMS = CONFIG["ngrams"]
 NGRAM_CORPORA = NGRAMS["corpora"]  # empty: no Fig. 7
 NGRAM_TOKENIZERS = ngram_tokenizers(CONFIG, MODELS)
+# The planned metrics (lmsat.metrics; load_plan checks the names and what their tables
+# need), the tables they aggregate into and the figures that draw those (lmsat.figures).
+PLANNED_METRICS = CONFIG["metrics"] or list(METRICS)
+CACHE_METRICS = [m for m in PLANNED_METRICS if METRICS[m].reads == "cache"]
+WEIGHT_METRICS = [m for m in PLANNED_METRICS if METRICS[m].reads == "weights"]
+WEIGHT_METRIC_FILES = {
+    m: f"results/{{run}}/{m}/{{model}}/{{revision}}.h5" for m in WEIGHT_METRICS
+}
+METRIC_TABLES = {
+    table: metric
+    for table, metric in table_metric().items()
+    if metric in PLANNED_METRICS
+}
+METRIC_FIGURES = [
+    stem for stem in FIGURES if any(stem in METRICS[m].figures for m in PLANNED_METRICS)
+]
 
 
 def _alternatives(values):
@@ -103,7 +120,7 @@ wildcard_constraints:
     run=re.escape(RUN),
     model=_alternatives(MODELS),
     revision=_alternatives(r for m in MODELS.values() for r in m.revisions),
-    metric=_alternatives(METRICS),
+    metric=_alternatives(CACHE_METRICS) or "(?!)",
     corpus=_alternatives(CONFIG["corpora"]),
     tokenizer=_alternatives(CONFIG["tokenizers"]),
     kind="|".join(CHECKPOINT_KINDS),
@@ -339,13 +356,42 @@ def sample_inputs(wildcards):
     return corpus_files(wildcards.corpus) + tokenizer_inputs(wildcards.tokenizer)
 
 
-def metric_inputs(wildcards):
-    if METRICS[wildcards.metric].source == "cache":
-        return dict(
-            cache=f"results/{RUN}/cache/{wildcards.model}/{wildcards.revision}.h5",
-            sample=sample_of_model(wildcards),
-        )
-    return dict(weights=checkpoint_weights(wildcards))
+def metric_files(metric):
+    """The per-checkpoint files of a planned metric, for every checkpoint of the plan."""
+    if METRICS[metric].reads == "weights":
+        return checkpoint_files(WEIGHT_METRIC_FILES[metric])
+    return checkpoint_files(
+        "results/{run}/metrics/{metric}/{model}/{revision}.json", metric=metric
+    )
+
+
+def metric_table_inputs(wildcards):
+    """Rule tabulate_metric: the metric's per-checkpoint files and the tables it needs."""
+    metric = METRICS[METRIC_TABLES[wildcards.table]]
+    needs = metric.tables[wildcards.table].needs
+    return dict(
+        files=metric_files(metric.name),
+        **{name: f"results/{RUN}/tables/{name}.csv" for name in needs},
+    )
+
+
+def metric_figure_inputs(wildcards):
+    """Rule plot_metric_figure: the figure's tables (and the synthetic language for the
+    entropy rate, when the figure draws it)."""
+    figure = FIGURES[wildcards.figure]
+    inputs = {name: f"results/{RUN}/tables/{name}.csv" for name in figure.tables}
+    return dict(inputs, language=synthetic_reference() if figure.entropy_rate else [])
+
+
+def metric_figure_options(wildcards):
+    """The config values a figure draws with (FIGURES[...].options: keyword -> dotted key)."""
+    options = {}
+    for keyword, dotted in FIGURES[wildcards.figure].options.items():
+        value = CONFIG
+        for key in dotted.split("."):
+            value = value[key]
+        options[keyword] = value
+    return options
 
 
 def synthetic_reference():
@@ -360,28 +406,21 @@ def final_outputs():
 
 
 def core_outputs():
-    return expand(
-        [
-            "results/{run}/tables/loss.csv",
-            "results/{run}/figures/fig1a_loss.png",
-            "results/{run}/figures/fig1a_loss.pdf",
-            "results/{run}/figures/fig2_anisotropy_depth.png",
-            "results/{run}/figures/fig2_anisotropy_depth.pdf",
-            "results/{run}/figures/fig3_anisotropy_training.png",
-            "results/{run}/figures/fig3_anisotropy_training.pdf",
-            "results/{run}/figures/fig4_head_spectra.png",
-            "results/{run}/figures/fig4_head_spectra.pdf",
-            "results/{run}/figures/fig5_singular_entropy.png",
-            "results/{run}/figures/fig5_singular_entropy.pdf",
-            "results/{run}/figures/attention_lowrank.png",
-            "results/{run}/figures/attention_lowrank.pdf",
-            "results/{run}/tables/identical_weights.csv",
+    """Every planned metric's tables and figures, and the other sections' outputs."""
+    return (
+        [f"results/{RUN}/tables/{table}.csv" for table in METRIC_TABLES]
+        + [
+            f"results/{RUN}/figures/{stem}.{ext}"
+            for stem in METRIC_FIGURES
+            for ext in ("png", "pdf")
         ]
-        + bottleneck_outputs()
-        + ngram_outputs()
-        + evaluation_outputs()
-        + scaling_outputs(),
-        run=RUN,
+        + expand(
+            bottleneck_outputs()
+            + ngram_outputs()
+            + evaluation_outputs()
+            + scaling_outputs(),
+            run=RUN,
+        )
     )
 
 
@@ -581,14 +620,16 @@ def ngram_outputs():
 # One entry per section of the report and per named target rule (`snakemake fig1a`,
 # rules in report.smk): category, subcategory, its figures (results/figures/<stem>.png and
 # .pdf) and the tables its caption cites (results/tables/<name>.csv, rendered by rule
-# render_table as results/report/<name>.html next to the figure).
-REPORT_SECTIONS = {
-    "fig1a": (
-        "Saturation",
-        "Fig. 1a: loss along training",
-        ["fig1a_loss"],
-        ["loss", "best_final"],
-    ),
+# render_table as results/report/<name>.html next to the figure). The metric figures'
+# sections come from their registry (lmsat.figures.FIGURES), the others are listed here.
+METRIC_SECTIONS = {}
+for stem, figure in FIGURES.items():
+    section = METRIC_SECTIONS.setdefault(
+        figure.target, (figure.category, figure.title, [], [])
+    )
+    section[2].append(stem)
+    section[3].extend(t for t in figure.tables + figure.cites if t not in section[3])
+OTHER_SECTIONS = {
     "fig1b": (
         "Saturation",
         "Fig. 1b: scaling law",
@@ -596,36 +637,6 @@ REPORT_SECTIONS = {
         ["scaling_fit", "scaling_shortfall"],
     ),
     "table1": ("Saturation", "Table 1: best vs final downstream", [], ["table1"]),
-    "fig2": (
-        "Representation degeneration",
-        "Fig. 2: anisotropy by depth",
-        ["fig2_anisotropy_depth"],
-        ["anisotropy_layers"],
-    ),
-    "fig3": (
-        "Representation degeneration",
-        "Fig. 3: anisotropy along training",
-        ["fig3_anisotropy_training"],
-        ["anisotropy_training"],
-    ),
-    "fig4": (
-        "Representation degeneration",
-        "Fig. 4: head spectra",
-        ["fig4_head_spectra"],
-        ["spectra", "identical_weights"],
-    ),
-    "fig5": (
-        "Representation degeneration",
-        "Fig. 5: singular entropy",
-        ["fig5_singular_entropy"],
-        ["singular_entropy"],
-    ),
-    "attention": (
-        "Low-rank attention",
-        "Low-rank attention products",
-        ["attention_lowrank"],
-        ["attention_lowrank"],
-    ),
     "fig6": (
         "Softmax bottleneck",
         "Fig. 6: rank-constrained heads",
@@ -646,6 +657,7 @@ REPORT_SECTIONS = {
         ["ngram_ground_truth"],
     ),
 }
+REPORT_SECTIONS = {**METRIC_SECTIONS, **OTHER_SECTIONS}
 SUMMARY_HTML = f"results/{RUN}/report/summary.html"
 CAPTIONS = Path(workflow.current_basedir).parent / "report"
 SECTION_OF_FIGURE = {
@@ -710,6 +722,23 @@ def figure_report(path):
         category=category,
         subcategory=subcategory,
     )
+
+
+def metric_figure_report(path):
+    """`path` (results/figures/{figure}.png or .pdf) of rule plot_metric_figure, marked for
+    the report in its section, with its caption (metric_figure_caption)."""
+    return report(
+        path,
+        caption="../report/metric_figure.rst",
+        category=lambda wildcards: FIGURES[wildcards.figure].category,
+        subcategory=lambda wildcards: FIGURES[wildcards.figure].title,
+    )
+
+
+def metric_figure_caption(wildcards):
+    """workflow/report/<stem>.rst where the figure has one, else its registry caption."""
+    own = CAPTIONS / f"{wildcards.figure}.rst"
+    return own.read_text() if own.exists() else FIGURES[wildcards.figure].caption
 
 
 def table_category(wildcards):

@@ -1,9 +1,18 @@
-# Per-checkpoint metrics, one job per checkpoint x metric; names resolve in lmsat.metrics.
+# Per-checkpoint metrics (lmsat.metrics.METRICS; `metrics:` in the config picks them): a
+# cache metric's record per checkpoint x metric, one generic rule for every metric table and
+# one for every metric figure (lmsat.figures.FIGURES). Weight metrics are computed by rule
+# analyse_checkpoint (cache.smk), which loads each checkpoint once.
+
+
+localrules:
+    tabulate_metric,
+    plot_metric_figure,
 
 
 rule compute_checkpoint_metric:
     input:
-        unpack(metric_inputs),
+        cache="results/{run}/cache/{model}/{revision}.h5",
+        sample=sample_of_model,
     output:
         "results/{run}/metrics/{metric}/{model}/{revision}.json",
     log:
@@ -17,6 +26,43 @@ rule compute_checkpoint_metric:
         runtime=10,
     params:
         record=checkpoint_record,
-        model=model_params,
     script:
         "../scripts/compute_checkpoint_metric.py"
+
+
+rule tabulate_metric:
+    input:
+        unpack(metric_table_inputs),
+    output:
+        "results/{run}/tables/{table}.csv",
+    log:
+        "logs/{run}/tabulate_metric/{table}.log",
+    wildcard_constraints:
+        table=_alternatives(METRIC_TABLES),
+    conda:
+        "../../envs/lmsat.yaml"
+    params:
+        metric=lambda wildcards: METRIC_TABLES[wildcards.table],
+        config_sha256=CONFIG_SHA256,
+        models=list(MODELS),
+    script:
+        "../scripts/tabulate_metric.py"
+
+
+rule plot_metric_figure:
+    input:
+        unpack(metric_figure_inputs),
+    output:
+        png=metric_figure_report("results/{run}/figures/{figure}.png"),
+        pdf=metric_figure_report("results/{run}/figures/{figure}.pdf"),
+    log:
+        "logs/{run}/plot_metric_figure/{figure}.log",
+    wildcard_constraints:
+        figure=_alternatives(METRIC_FIGURES),
+    conda:
+        "../../envs/lmsat.yaml"
+    params:
+        options=metric_figure_options,
+        caption=metric_figure_caption,
+    script:
+        "../scripts/plot_metric_figure.py"

@@ -7,14 +7,8 @@
 localrules:
     render_table,
     summarize_run,
-    fig1a,
     fig1b,
     table1,
-    fig2,
-    fig3,
-    fig4,
-    fig5,
-    attention,
     fig6,
     fig7,
     fig8,
@@ -68,11 +62,6 @@ rule summarize_run:
         "../scripts/summarize_run.py"
 
 
-rule fig1a:
-    input:
-        target("fig1a"),
-
-
 rule fig1b:
     input:
         target("fig1b"),
@@ -81,31 +70,6 @@ rule fig1b:
 rule table1:
     input:
         target("table1"),
-
-
-rule fig2:
-    input:
-        target("fig2"),
-
-
-rule fig3:
-    input:
-        target("fig3"),
-
-
-rule fig4:
-    input:
-        target("fig4"),
-
-
-rule fig5:
-    input:
-        target("fig5"),
-
-
-rule attention:
-    input:
-        target("attention"),
 
 
 rule fig6:
@@ -126,6 +90,17 @@ rule fig8:
 rule ground_truth:
     input:
         target("ground_truth"),
+
+
+# The metric figures' targets, one per registry section (lmsat.figures.FIGURES).
+for name in METRIC_SECTIONS:
+
+    rule:
+        name:
+            name
+        input:
+            target(name),
+        localrule: True
 
 
 rule summary:

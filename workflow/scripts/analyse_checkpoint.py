@@ -1,8 +1,8 @@
 """Rule analyse_checkpoint: everything that needs one checkpoint's weights, from one load.
 
 The weights are loaded once, in the checkpoint's own dtype (float16 for Pythia: the stored
-values exactly), straight onto the job's device. The LM-head spectrum and the low-rank
-attention metrics run there (float64 Grams and batched small factorisations, under a
+values exactly), straight onto the job's device. The planned weights metrics (lmsat.metrics:
+the LM-head spectrum, the low-rank attention metrics) run there (float64 Grams and batched small factorisations, under a
 second on a GPU), the two weight hashes run in threads beside the forward, then the model
 is cast once, on the device, to the forward dtype and the eval sample goes through it into
 the hidden-state cache (resumable by chunks, so a killed job loses at most one chunk of
@@ -21,39 +21,33 @@ import torch
 from lmsat.cache import ExtractionSettings, extract_to_cache
 from lmsat.config import ModelEntry
 from lmsat.corpus import read_sample
-from lmsat.degeneration import attention_arrays, head_spectrum, write_attention, write_spectrum
 from lmsat.io import setup_logging
-from lmsat.models import check_sequence_length, job_device, load_causal_lm, load_tokenizer
+from lmsat.metrics import METRICS, WeightsJob
+from lmsat.models import check_sequence_length, job_device, load_causal_lm
 
 log = logging.getLogger(__name__)
 
 
-def analyse_weights(lm, entry: ModelEntry, revision: str, params, pool=None) -> tuple[dict, dict, dict]:
-    """Head spectrum and attention metrics of `lm`, on its device, in float64 there.
+def analyse_weights(lm, entry: ModelEntry, revision: str, params, pool=None) -> dict:
+    """Every planned weights metric of `lm` (lmsat.metrics, reads="weights"), on its device.
 
-    -> (spectrum, attention arrays, attention shape attrs); with `pool` the spectrum's two
-    hashes are Futures (see head_spectrum), resolved by write_spectrum.
+    -> {metric: result}; with `pool` a result may hold Futures (the head's hashes), which
+    its metric's write resolves.
     """
-    tokenizer_size = None
-    if params.drop_padding_rows:
-        tokenizer_size = len(load_tokenizer(params.tokenizer, entry.tokenizer))
-    spectrum = head_spectrum(lm, tokenizer_size, params.drop_padding_rows, entry.tokenizer, pool=pool)
-    spectrum["tokenizer_size"] = tokenizer_size
-    log.info(
-        "%s@%s: head %d x %d (%s), %d rows in the SVD",
-        entry.name, revision, spectrum["n_rows"], spectrum["hidden_size"], spectrum["head_dtype"],
-        spectrum["n_valid_rows"],
+    job = WeightsJob(
+        model=f"{entry.name}@{revision}",
+        tokenizer=entry.tokenizer,
+        tokenizer_spec=params.tokenizer,
+        drop_padding_rows=params.drop_padding_rows,
+        pool=pool,
     )
-    arrays, shape = attention_arrays(lm)
-    log.info("%s@%s: attention of %d layers x %d heads", entry.name, revision, shape["n_layers"], shape["n_heads"])
-    return spectrum, arrays, shape
+    return {name: METRICS[name].compute(lm, job) for name in params.weight_metrics}
 
 
-def write_weights(output, spectrum: dict, arrays: dict, shape: dict, record: dict) -> None:
-    """The spectra and attention files of analyse_weights' results."""
-    tokenizer_size = spectrum.pop("tokenizer_size")
-    write_spectrum(output.spectra, spectrum, record, tokenizer_size)
-    write_attention(output.attention, arrays, shape, record, spectrum["hidden_size"])
+def write_weights(output, results: dict, record: dict) -> None:
+    """One file per weights metric (its output of the rule), from analyse_weights' results."""
+    for name, result in results.items():
+        METRICS[name].write(getattr(output, name), result, record)
 
 
 def _now(device) -> float:
@@ -82,7 +76,7 @@ def main(snakemake) -> dict:
     check_sequence_length(lm, entry, revision, tokens.shape[1])  # before any work on it
     seconds["load"], start = _now(device) - start, _now(device)
     with ThreadPoolExecutor(max_workers=2) as pool:  # the two weight hashes, beside the forward
-        spectrum, arrays, shape = analyse_weights(lm, entry, revision, params, pool)
+        analysed = analyse_weights(lm, entry, revision, params, pool)
         seconds["weights"], start = _now(device) - start, _now(device)
         lm = lm.to(dtype=getattr(torch, settings.dtype))
         seconds["cast"], start = _now(device) - start, _now(device)
@@ -90,7 +84,7 @@ def main(snakemake) -> dict:
         extracted = extract_to_cache(lm, tokens, snakemake.output.cache, identity=identity, settings=settings, device=device)
         seconds.update(forward=extracted["forward"], cache_write=extracted["write"])
         seconds["extract_other"], start = _now(device) - start - sum(extracted.values()), _now(device)
-        write_weights(snakemake.output, spectrum, arrays, shape, params.record)  # waits for the hashes
+        write_weights(snakemake.output, analysed, params.record)  # waits for the hashes
         seconds["weights_write"] = _now(device) - start
     log.info("%s@%s: seconds per phase %s", entry.name, revision, {k: round(v, 3) for k, v in seconds.items()})
     return seconds

@@ -1,4 +1,4 @@
-"""Rule compute_checkpoint_metric: one registered metric of one checkpoint, as JSON."""
+"""Rule compute_checkpoint_metric: one registered cache metric of one checkpoint, as JSON."""
 
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
 import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
@@ -10,23 +10,13 @@ from lmsat.metrics import METRICS
 
 def main(snakemake):
     setup_logging(snakemake.log[0])
-    params, wildcards = snakemake.params, snakemake.wildcards
-    metric = METRICS[wildcards.metric]
-    if metric.source == "cache":
-        _, sample = read_sample(snakemake.input.sample)
-        expect = dict(model=wildcards.model, revision=wildcards.revision, sample_sha256=sample["sha256"])
-        with open_cache(snakemake.input.cache, expect=expect) as cache:
-            values = metric.compute(cache)
-    else:
-        import torch
-
-        from lmsat.config import ModelEntry
-        from lmsat.models import job_device, load_causal_lm
-
-        torch.set_num_threads(1)
-        model = load_causal_lm(ModelEntry(**params.model), wildcards.revision, device=job_device(snakemake))
-        values = metric.compute(model)
-    record = {**params.record, "metric": metric.name, **values, "lmsat_source": source_sha256()}
+    wildcards = snakemake.wildcards
+    metric = METRICS[wildcards.metric]  # reads="cache" (weights metrics: analyse_checkpoint)
+    _, sample = read_sample(snakemake.input.sample)
+    expect = dict(model=wildcards.model, revision=wildcards.revision, sample_sha256=sample["sha256"])
+    with open_cache(snakemake.input.cache, expect=expect) as cache:
+        values = metric.compute(cache)
+    record = {**snakemake.params.record, "metric": metric.name, **values, "lmsat_source": source_sha256()}
     write_json(snakemake.output[0], record)
 
 

@@ -180,3 +180,23 @@ def plot_attention_lowrank(attention: pd.DataFrame, paths):
     if medians["identical_weights"].any():
         note(fig, "hollow: head or embedding bit-identical to another revision's (tables/identical_weights.csv)")
     return save_figure(fig, paths)
+
+
+def plot_effective_rank(table: pd.DataFrame, paths):
+    """Effective rank (solid: as is, dashed: centred) and singular entropy of the last-layer
+    representations along training; a line per model, by size (in_table_order)."""
+    rows_all = table[table["tokens"] > 0]
+    models = in_table_order(rows_all)
+    colour = colours(models)
+    fig, axes = panel_grid(2)
+    for model in models:
+        rows = rows_all[rows_all["model"] == model]
+        axes[0].plot(rows["tokens"], rows["effective_rank"], color=colour[model], marker="o", ms=3, label=model)
+        axes[0].plot(rows["tokens"], rows["effective_rank_centered"], color=colour[model], ls="--", lw=1)
+        axes[1].plot(rows["tokens"], rows["singular_entropy"], color=colour[model], marker="o", ms=3, label=model)
+    for ax, ylabel in zip(axes, ("effective rank", "singular entropy (nats)")):
+        ax.set_xscale("log")
+        ax.set_xlabel("training tokens")
+        ax.set_ylabel(ylabel)
+    axes[0].legend(fontsize=7)
+    return save_figure(fig, paths)

@@ -1,0 +1,108 @@
+"""The effective-rank metric end to end through the registry: its per-checkpoint values
+against a float64 SVD, its table, its figure, and its planning."""
+
+import h5py
+import numpy as np
+import pandas as pd
+import pytest
+
+from lmsat.config import ConfigError, load_plan
+from lmsat.figures import FIGURES
+from lmsat.io import write_json
+from lmsat.metrics import METRICS, table_metric
+from lmsat.spectra import effective_rank, singular_entropy
+
+from conftest import SCHEMA
+
+
+def _hidden(tmp_path, rows: np.ndarray):
+    path = tmp_path / "cache.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("hidden", data=rows.astype(np.float32))
+    return path
+
+
+def test_effective_rank_equals_a_float64_svd(tmp_path):
+    rng = np.random.default_rng(0)
+    # a common direction (anisotropy) over a rank-5 spread in d = 12: centring must reveal it
+    rows = 4.0 + rng.normal(size=(3000, 5)) @ rng.normal(size=(5, 12)) * np.linspace(1, 0.2, 12)
+    with h5py.File(_hidden(tmp_path, rows), "r") as cache:
+        values = METRICS["effective_rank"].compute(cache)
+    stored = rows.astype(np.float32).astype(np.float64)
+    s = np.linalg.svd(stored, compute_uv=False)
+    s_centered = np.linalg.svd(stored - stored.mean(axis=0), compute_uv=False)
+    assert values["effective_rank"] == pytest.approx(effective_rank(s), rel=1e-6)
+    assert values["effective_rank_centered"] == pytest.approx(effective_rank(s_centered), rel=1e-5)
+    assert values["singular_entropy"] == pytest.approx(singular_entropy(s), rel=1e-6)
+    assert values["n_tokens"] == 3000 and values["hidden_size"] == 12
+    assert values["effective_rank"] < values["effective_rank_centered"] <= 5 + 1e-6  # rank 5 once centred
+
+
+def test_effective_rank_refuses_nan(tmp_path):
+    from lmsat.cache import CacheError
+
+    rows = np.ones((10, 4))
+    rows[7, 2] = np.nan
+    with h5py.File(_hidden(tmp_path, rows), "r") as cache, pytest.raises(CacheError, match="row 7"):
+        METRICS["effective_rank"].compute(cache)
+
+
+def _records(tmp_path):
+    """Records as rule compute_checkpoint_metric writes them, in its path layout."""
+    files = []
+    for model, ranks in (("big", [9.0, 7.0, 6.5]), ("small", [3.0, 2.5, 2.0])):
+        for step, value in zip((0, 10, 20), ranks):
+            path = tmp_path / "metrics" / "effective_rank" / model / f"step{step}.json"
+            write_json(path, dict(suite="s", model=model, revision=f"step{step}", step=step, tokens=100 * step,
+                                  metric="effective_rank", effective_rank=value, effective_rank_centered=value + 1,
+                                  singular_entropy=1 / value, hidden_size=8, n_tokens=64))
+            files.append(str(path))
+    return files
+
+
+def test_effective_rank_table_and_figure_draw_the_records(tmp_path):
+    assert table_metric()["effective_rank"] == "effective_rank"
+    table = METRICS["effective_rank"].tables["effective_rank"].build(_records(tmp_path), {}, ["small", "big"])
+    assert list(table.columns) == ["suite", "model", "revision", "step", "tokens", "is_final", "effective_rank",
+                                   "effective_rank_centered", "singular_entropy", "n_tokens"]
+    assert list(table["model"]) == ["small"] * 3 + ["big"] * 3  # the plan's order (by size)
+    assert list(table["is_final"]) == [False, False, True] * 2
+    figure = FIGURES["effective_rank"]
+    assert figure.tables == ("effective_rank",) and "effective_rank" in METRICS["effective_rank"].figures
+    fig = figure.draw({"effective_rank": table}, [tmp_path / "effective_rank.png"])
+    assert (tmp_path / "effective_rank.png").stat().st_size > 0
+    left, right = fig.axes[:2]
+    assert [t.get_text() for t in left.get_legend().get_texts()] == ["small", "big"]
+    drawn = table[table["tokens"] > 0]  # log axis: step 0 left out
+    for model, solid, dashed, entropy in zip(("small", "big"), left.lines[0::2], left.lines[1::2], right.lines):
+        rows = drawn[drawn["model"] == model]
+        assert list(solid.get_xdata()) == list(rows["tokens"]) and list(solid.get_ydata()) == list(rows["effective_rank"])
+        assert list(dashed.get_ydata()) == list(rows["effective_rank_centered"]) and dashed.get_linestyle() == "--"
+        assert list(entropy.get_ydata()) == list(rows["singular_entropy"])
+    assert (left.get_ylabel(), right.get_ylabel()) == ("effective rank", "singular entropy (nats)")
+
+
+def test_metrics_key_plans_exactly_the_named_metrics(default_config):
+    assert load_plan(default_config, SCHEMA).config["metrics"] is None  # null: every registered metric
+    bottleneck_off = dict(default_config, bottleneck=dict(default_config.get("bottleneck", {}), models=[]))
+    plan = load_plan(dict(bottleneck_off, metrics=["loss", "effective_rank"]), SCHEMA)
+    assert plan.config["metrics"] == ["loss", "effective_rank"]
+    with pytest.raises(ConfigError, match=r"metrics\[1\].*unknown metric 'rank'"):
+        load_plan(dict(default_config, metrics=["loss", "rank"]), SCHEMA)
+    with pytest.raises(ConfigError, match="metric 'attention' needs table 'identical_weights' of metric 'spectra'"):
+        load_plan(dict(default_config, metrics=["loss", "attention"]), SCHEMA)
+    with pytest.raises(ConfigError, match="loss is not planned"):
+        load_plan(dict(default_config, metrics=["effective_rank"]), SCHEMA)
+    load_plan(dict(bottleneck_off, metrics=["loss"]), SCHEMA)
+    with pytest.raises(ConfigError, match="spectra is not planned"):
+        load_plan(dict(default_config, metrics=["loss"]), SCHEMA)
+
+
+def test_table_and_figure_names_are_unique_and_resolve():
+    owners = table_metric()  # raises on a table name registered twice
+    for stem, figure in FIGURES.items():
+        for table in figure.tables:
+            assert table in owners, f"figure {stem} draws {table}, which no metric tabulates"
+    for metric in METRICS.values():
+        assert all(stem in FIGURES for stem in metric.figures), metric.name
+        assert metric.reads in ("cache", "weights")
