@@ -92,3 +92,47 @@ def write_csv(table: pd.DataFrame, path, config_sha256: str | None = None, input
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(path) as tmp:
         table.to_csv(tmp, index=False)
+
+
+# ---- best and final checkpoints, Table 1
+
+BEST_FINAL_COLUMNS = ["suite", "model", "kind", "revision", "step", "tokens", "loss", "loss_sem"]
+
+
+def select_checkpoints(loss: pd.DataFrame) -> pd.DataFrame:
+    """best_final.csv: the rows flagged is_best / is_final in a loss table (loss_table), one
+    per model x kind, models in the loss table's order (by size)."""
+    rows = []
+    for kind in ("best", "final"):
+        flagged = loss[loss[f"is_{kind}"].astype(bool)].assign(kind=kind)
+        counts = flagged.groupby("model").size()
+        missing = sorted(set(loss["model"]) - set(counts.index))
+        if missing or (counts > 1).any():
+            raise ValueError(
+                f"loss table: models {missing or sorted(counts[counts > 1].index)} need exactly one "
+                f"is_{kind} row; rebuild results/tables/loss.csv with lmsat.tables.loss_table"
+            )
+        rows.append(flagged)
+    table = in_model_order(pd.concat(rows), list(dict.fromkeys(loss["model"])), ["kind"])
+    return table[BEST_FINAL_COLUMNS]
+
+
+def table1(records: list[dict], tasks: list[str]) -> pd.DataFrame:
+    """Table 1 (lmsat.evaluation.make_table1) of evaluate_checkpoint records, with each row's
+    revision in the index; rendered by lmsat.evaluation.write_table, written as CSV by
+    write_csv(table.reset_index(), ...)."""
+    from lmsat.evaluation import make_table1
+
+    revisions = {}
+    for record in records:
+        key = (record["model"], record["checkpoint"])
+        if revisions.setdefault(key, record["revision"]) != record["revision"]:
+            raise ValueError(
+                f"records of {key} were evaluated at revisions {revisions[key]} and {record['revision']}; "
+                "delete results/evaluation and rerun"
+            )
+    table = make_table1(records, tasks=tasks)
+    decimals = table.attrs["decimals"]
+    table = table.set_index(pd.Index([revisions[key] for key in table.index], name="revision"), append=True)
+    table.attrs["decimals"] = decimals
+    return table
