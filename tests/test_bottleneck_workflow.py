@@ -19,9 +19,10 @@ from lmsat import bottleneck, headcache, ngram_werror
 from lmsat.config import ConfigError, ModelEntry, load_plan
 from lmsat.corpus import CorpusError
 from lmsat.figures.bottleneck import plot_ground_truth, plot_ngram_werror, plot_rank_heads, plot_werror_loss
-from lmsat.heads import HeadTrainConfig, ShardedRepresentations, lr_grid, train_head
+from lmsat.heads import HeadTrainConfig, ShardedRepresentations, state_file, train_head
 from lmsat.io import IdentityError
 from lmsat.synthetic import LanguageSpec, build_language
+from lmsat.tables import HEAD_COLUMNS, SEARCH_COLUMNS, heads_tables, monotone_violations
 from lmsat.werror import w_error_curve
 
 from conftest import SCHEMA, script, word_tokenizer
@@ -251,8 +252,8 @@ def _runs_and_manifests():
 
 def test_heads_table_keeps_the_best_lr_and_marks_where_the_loss_rises():
     runs, manifests, spectra = _runs_and_manifests()
-    heads, search = bottleneck.heads_tables(runs, manifests, spectra, tolerance=0.01)
-    assert list(heads.columns) == bottleneck.HEAD_COLUMNS and list(search.columns) == bottleneck.SEARCH_COLUMNS
+    heads, search = heads_tables(runs, manifests, spectra, tolerance=0.01)
+    assert list(heads.columns) == HEAD_COLUMNS and list(search.columns) == SEARCH_COLUMNS
     for row in heads[heads["kind"] == "low_rank"].itertuples():
         candidates = [r for r in runs if r["model"] == row.model and r["rank"] == row.rank]
         best = min(candidates, key=lambda r: r["eval_loss"])
@@ -263,16 +264,16 @@ def test_heads_table_keeps_the_best_lr_and_marks_where_the_loss_rises():
     m8 = heads[heads["model"] == "m8"].set_index(["kind", "rank"])
     assert m8.loc[("full_head", 8), "eval_loss"] == 2.2 and m8.loc[("full_head", 8), "w_error"] == 0.0
     assert not m8.loc[("low_rank", 8), "risen"] and m8.loc[("low_rank", 2), "risen"]
-    assert heads.loc[heads["rise_point"], ["model", "rank"]].values.tolist() == [["m8", 2], ["m4", 1]]
-    assert bottleneck.monotone_violations(heads, slack=0.02) == []
+    assert heads.loc[heads["rise_point"], ["model", "rank"]].values.tolist() == [["m4", 1], ["m8", 2]]  # by name
+    assert monotone_violations(heads, slack=0.02) == []
     worse = heads.copy()
     worse.loc[(worse["model"] == "m8") & (worse["rank"] == 8) & (worse["kind"] == "low_rank"), "eval_loss"] = 2.7
-    assert bottleneck.monotone_violations(worse, slack=0.02) == [("m8", 2, 8)]
+    assert monotone_violations(worse, slack=0.02) == [("m8", 2, 8)]
 
 
 def test_every_figure_draws_its_table():
     runs, manifests, spectra = _runs_and_manifests()
-    heads, _ = bottleneck.heads_tables(runs, manifests, spectra, tolerance=0.01)
+    heads, _ = heads_tables(runs, manifests, spectra, tolerance=0.01, model_order=["m4", "m8"])
     lang = build_language(LanguageSpec(vocab_size=6, order=2, groups=2, support=3, seed=1))
     spectra = ngram_werror.ground_truth_spectra(lang, [500, 5000], order=3, seed=0)
     common = dict(corpus="synthetic", tokenizer="language", order=3, vocab_size=6)
@@ -283,7 +284,7 @@ def test_every_figure_draws_its_table():
            for n, s in spectra["samples"].items()]
     )
     models = list(dict.fromkeys(heads["model"]))
-    assert models == ["m8", "m4"]  # the table's order (bottleneck.models), drawn as is
+    assert models == ["m4", "m8"]  # the plan's order (by size), not the manifests' (m8 first), drawn as is
     labels = [f"{m} (d={int(heads.loc[heads['model'] == m, 'hidden_size'].iloc[0])})" for m in models]
     fig6 = plot_rank_heads(heads, [])
     assert [text.get_text() for text in fig6.axes[0].get_legend().get_texts()] == labels
@@ -377,7 +378,9 @@ def test_cache_and_training_scripts_run_and_resume(saved_model, tmp_path):
     assert not set(starts.tolist()) & set(sample_starts.tolist())  # ... and none is a sample window
     assert manifest["reference"]["n_tokens"] == 5 * 7 and len(job.output.train) == 3
 
-    settings = dict(batch_sequences=2, seq_len=7, steps=6, eval_every=0, save_every=2, chunk_tokens=64, init="scaled")
+    settings = bottleneck.head_train_fields(
+        dict(batch_sequences=2, seq_len=7, steps=6, eval_every=0, save_every=2, chunk_tokens=64, init="scaled")
+    )
     state_dir = tmp_path / "state"
     run = SimpleNamespace(
         input=Namedlist(fromdict={"manifest": str(cache / "manifest.json"), "train": job.output.train, "eval": job.output.eval}),
@@ -388,8 +391,9 @@ def test_cache_and_training_scripts_run_and_resume(saved_model, tmp_path):
         threads=1, config=dict(device="cpu"),
     )
     # a run killed after 4 of its 6 steps, and a stale state of another config
-    cfg = bottleneck.train_config(settings, 0.01, 0)
-    state = bottleneck.state_file(state_dir, 16, 40, 4, cfg)
+    cfg = HeadTrainConfig(**settings, peak_lr=0.01, seed=0)
+    assert (cfg.batch_size, cfg.n_steps, cfg.seq_len) == (2, 6, 7)  # the config's keys, as HeadTrainConfig fields
+    state = state_file(state_dir, 16, 40, 4, cfg)
     with ShardedRepresentations(job.output.train, seq_len=7) as train, ShardedRepresentations(job.output.eval) as ev:
         train_head(train, ev, 16, 40, 4, cfg, state_path=state, max_steps_this_call=4)
         uninterrupted = train_head(train, ev, 16, 40, 4, HeadTrainConfig(**{**cfg.__dict__}))
@@ -446,7 +450,9 @@ def test_ranks_learning_rates_and_the_default_config(default_config):
     assert bottleneck.head_ranks(dict(ranks=[4, 1, 16], full_rank=True), 64) == [1, 4, 16, 64]
     assert bottleneck.head_ranks(dict(ranks=[4, 1], full_rank=False), 4) == [1, 4]
     rates = bottleneck.learning_rates(dict(lr_min=1e-3, lr_max=5e-2, lr_count=4))
-    assert list(rates) == ["0.001", "0.00368", "0.0136", "0.05"] and list(rates.values()) == lr_grid(1e-3, 5e-2, 4)
+    assert list(rates) == ["0.001", "0.00368", "0.0136", "0.05"]
+    assert list(rates.values()) == pytest.approx([1e-3, 1e-3 * 50 ** (1 / 3), 1e-3 * 50 ** (2 / 3), 5e-2], rel=1e-12)
+    assert list(rates.values()) == bottleneck.lr_grid()  # the paper's grid is the default one
     plan = load_plan(default_config, SCHEMA)  # cross-checks the bottleneck and ngrams sections
     for name in plan.config["bottleneck"]["models"]:
         assert plan.models[name].hidden_size in bottleneck.head_ranks(plan.config["bottleneck"], plan.models[name].hidden_size)

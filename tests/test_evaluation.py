@@ -30,6 +30,7 @@ from lmsat.evaluation import (
     write_table,
 )
 from lmsat.evaluation import _check_tasks
+from lmsat.tables import write_csv
 
 EOS = "<|endoftext|>"
 WORDS = [f"w{i}" for i in range(24)]
@@ -243,13 +244,13 @@ def test_make_table1_layout_and_writers(tmp_path):
     assert r"Lambada (ppl.) $\downarrow$ & Lambada $\uparrow$" in latex
     assert r"pythia-160m & best & 24.6 & 40.3 & 59.6 & 30.47 & 79.6 & 46.5 \\" in latex
 
-    write_table(table, tmp_path / "t.csv")
+    write_csv(table.reset_index(), tmp_path / "t.csv")  # Table 1's CSV, as rule make_table1 writes it
     write_table(table, tmp_path / "t.md")
     write_table(table, tmp_path / "t.tex")
     back = pd.read_csv(tmp_path / "t.csv", index_col=[0, 1])
     pd.testing.assert_frame_equal(back, table, check_names=False, check_exact=False)
     assert (tmp_path / "t.md").read_text() == markdown
-    with pytest.raises(ValueError, match="use .csv, .md or .tex"):
+    with pytest.raises(ValueError, match="use .md or .tex"):
         write_table(table, tmp_path / "t.xlsx")
 
 

@@ -13,7 +13,6 @@ from lmsat.heads import (
     _lr_factor,
     chunked_cross_entropy,
     full_head_eval,
-    lr_grid,
     train_head,
 )
 
@@ -182,6 +181,8 @@ def test_rank_above_hidden_size_is_rejected():
 
 
 def test_lr_grid_and_schedule():
+    from lmsat.bottleneck import lr_grid
+
     assert lr_grid() == pytest.approx([1e-3, 1e-3 * 50 ** (1 / 3), 1e-3 * 50 ** (2 / 3), 5e-2])
     cfg = HeadTrainConfig(n_steps=200)  # 2 warmup steps
     factors = [_lr_factor(s, cfg) for s in range(200)]

@@ -272,8 +272,9 @@ def test_a_metric_record_copied_from_another_revision_fails_its_table(tmp_path):
 def test_bottleneck_inputs_are_checked_against_their_paths(tmp_path):
     import numpy as np
 
-    from lmsat.bottleneck import lr_label, read_head_inputs
+    from lmsat.bottleneck import lr_label
     from lmsat.degeneration import write_spectrum
+    from lmsat.tables import read_head_inputs
     from lmsat.io import IdentityError, write_json
 
     def run(path, **fields):
@@ -299,7 +300,8 @@ def test_bottleneck_inputs_are_checked_against_their_paths(tmp_path):
     job = SimpleNamespace(
         input=SimpleNamespace(runs=[str(p) for p in runs], manifests=[str(manifest)], spectra=[str(final)]),
         output=SimpleNamespace(heads=str(tmp_path / "heads.csv"), search=str(tmp_path / "search.csv")),
-        log=[str(tmp_path / "tab.log")], params=SimpleNamespace(rise_tolerance=0.01, config_sha256="0" * 64))
+        log=[str(tmp_path / "tab.log")],
+        params=SimpleNamespace(rise_tolerance=0.01, config_sha256="0" * 64, models=["m"]))
     script("tabulate_bottleneck").main(job)  # the rule's script reads its inputs through the checks
     assert (tmp_path / "heads.csv").read_text().count("\nm,step800,") == 3  # ranks 4, 8 and the own head
 

@@ -1,7 +1,6 @@
-"""The workflow side of Fig. 1b and Table 1: the scripts of evaluation.smk / scaling.smk
-(imported directly, fed real files) and the plan they add to a dry run."""
+"""The workflow side of Fig. 1b and Table 1: the tables of evaluation.smk / scaling.smk
+(lmsat.tables, lmsat.scaling), the scripts that need a model, and the plan they add to a dry run."""
 
-import importlib.util
 import math
 import subprocess
 import sys
@@ -16,22 +15,14 @@ from snakemake.iocontainers import Namedlist
 from lmsat.config import ModelEntry
 from lmsat.figures.saturation import law_curve, plot_scaling_fit
 from lmsat.io import read_json, write_json
-from lmsat.scaling import count_parameters
-from lmsat.tables import loss_table
+from lmsat.scaling import count_model_parameters, count_parameters, model_sizes, scaling_tables
+from lmsat.tables import loss_table, select_checkpoints, table1, write_csv
 
-from conftest import ROOT
+from conftest import ROOT, script
 
-SCRIPTS = ROOT / "workflow" / "scripts"
 TRUE_A, TRUE_ALPHA = 119.09, 0.246  # the paper's fit
 HOFFMANN = dict(B=410.7, beta=0.28, E=1.69)
 SETTINGS = dict(params="non_embedding", min_params=3e8, fit_on="final", A=None, alpha=None, bootstrap=0, **HOFFMANN)
-
-
-def script(name):
-    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def law(n_params, tokens, A=TRUE_A, alpha=TRUE_ALPHA):
@@ -65,7 +56,7 @@ def test_select_checkpoints_matches_brute_force():
              loss=float(rng.uniform(3, 5)), loss_sem=0.01)
         for model in ("a", "b") for step in (0, 1, 2, 4, 250, 500)
     ]
-    table = script("select_checkpoints").select_checkpoints(loss_table(records))
+    table = select_checkpoints(loss_table(records))
     assert list(table.columns) == ["suite", "model", "kind", "revision", "step", "tokens", "loss", "loss_sem"]
     for model in ("a", "b"):
         mine = [r for r in records if r["model"] == model]
@@ -79,14 +70,14 @@ def test_select_checkpoints_rejects_table_without_a_best_row():
     loss = loss_table(records)
     loss["is_best"] = False
     with pytest.raises(ValueError, match=r"\['a'\] need exactly one is_best row"):
-        script("select_checkpoints").select_checkpoints(loss)
+        select_checkpoints(loss)
 
 
 # ---------------------------------------------------------------- fit_scaling_law
 
 
 def test_scaling_tables_recover_the_law_and_the_shortfall():
-    fit_row, table = script("fit_scaling_law").scaling_tables(selection(SIZES, EXCESS), SIZES, SETTINGS)
+    fit_row, table = scaling_tables(selection(SIZES, EXCESS), SIZES, SETTINGS)
     fit = fit_row.iloc[0]
     assert fit["source"] == "fit" and fit["n_sizes"] == 3 and fit["n_points"] == 3  # final points, >= 3e8
     assert fit["A"] == pytest.approx(TRUE_A, rel=1e-6)
@@ -106,7 +97,7 @@ def test_scaling_tables_recover_the_law_and_the_shortfall():
 
 def test_scaling_tables_with_a_published_law_fit_nothing():
     settings = dict(SETTINGS, A=TRUE_A, alpha=TRUE_ALPHA, min_params=1e12)  # nothing above it
-    fit_row, table = script("fit_scaling_law").scaling_tables(selection(SIZES, EXCESS), SIZES, settings)
+    fit_row, table = scaling_tables(selection(SIZES, EXCESS), SIZES, settings)
     fit = fit_row.iloc[0]
     assert fit["source"] == "fixed" and fit["n_points"] == 0 and math.isnan(fit["A_ci_low"])
     assert not table["fitted"].any()
@@ -116,22 +107,20 @@ def test_scaling_tables_with_a_published_law_fit_nothing():
 
 
 def test_scaling_tables_degenerate_input_fails_clearly():
-    fit_law = script("fit_scaling_law")
     one_size = {model: (3e7 if model != "2.8b" else n) for model, n in SIZES.items()}
     with pytest.raises(ValueError, match="at least two distinct model sizes with n_params >= min_params"):
-        fit_law.scaling_tables(selection(one_size, EXCESS), one_size, SETTINGS)
+        scaling_tables(selection(one_size, EXCESS), one_size, SETTINGS)
     broken = selection(SIZES, EXCESS)
     broken.loc[broken["model"] == "1b", "loss"] = np.nan
     with pytest.raises(ValueError, match="loss must be finite"):
-        fit_law.scaling_tables(broken, SIZES, SETTINGS)
+        scaling_tables(broken, SIZES, SETTINGS)
 
 
 def test_model_sizes_prefer_the_configured_count():
-    fit_law = script("fit_scaling_law")
     counts = [dict(model="a", non_embedding=10, total=30), dict(model="b", non_embedding=20, total=50)]
-    assert fit_law.model_sizes({"a": 0, "b": 7}, counts, "total") == {"a": 30.0, "b": 7.0}
+    assert model_sizes({"a": 0, "b": 7}, counts, "total") == {"a": 30.0, "b": 7.0}
     with pytest.raises(ValueError, match="model c: no parameter count"):
-        fit_law.model_sizes({"c": 0}, counts, "total")
+        model_sizes({"c": 0}, counts, "total")
 
 
 def test_count_model_parameters_of_a_local_model(tmp_path, tiny_neox):
@@ -141,7 +130,7 @@ def test_count_model_parameters_of_a_local_model(tmp_path, tiny_neox):
         tokenizer="t", tokens_per_step=1, revisions=("step8",), steps=(8,), allow_pickle=False,
         trust_remote_code=False, key="suites.s.models[0]",
     )
-    counts = script("count_model_parameters").count_model_parameters(model)
+    counts = count_model_parameters(model)
     # brute force: every parameter tensor of the instantiated model, by name
     sizes = {name: p.numel() for name, p in tiny_neox.named_parameters()}
     embedding = sum(n for name, n in sizes.items() if "embed_in" in name or "embed_out" in name or "lm_head" in name)
@@ -165,7 +154,7 @@ def test_law_curve_interpolates_token_counts_geometrically():
 
 
 def test_plot_scaling_fit_draws_the_shortfall_table():
-    fit_row, table = script("fit_scaling_law").scaling_tables(selection(SIZES, EXCESS), SIZES, SETTINGS)
+    fit_row, table = scaling_tables(selection(SIZES, EXCESS), SIZES, SETTINGS)
     ax = plot_scaling_fit(table, fit_row.iloc[0], []).axes[0]
     kinds = [kind for kind in ("final", "best") if kind in set(table["kind"])]
     assert len(ax.collections) == len(kinds)
@@ -186,14 +175,13 @@ def record(model, kind, revision, task, value, status="done"):
 
 
 def test_table1_has_revisions_and_marks_skipped_tasks(tmp_path):
-    make = script("make_table1")
     records = [
         record("toy-d16", "final", "step1000", "synthetic_ppl", 40.0),
         record("toy-d16", "final", "step1000", "synthetic_mc", 0.5),
         record("toy-d16", "best", "step750", "synthetic_ppl", 38.0),
         record("toy-d16", "best", "step750", "synthetic_mc", None, status="skipped"),
     ]
-    table = make.table1(records, ["synthetic_ppl", "synthetic_mc"])
+    table = table1(records, ["synthetic_ppl", "synthetic_mc"])
     assert list(table.index) == [("toy-d16", "best", "step750"), ("toy-d16", "final", "step1000")]
     assert table.loc[("toy-d16", "final", "step1000"), "Synthetic last word ↑"] == 50.0
     assert math.isnan(table.loc[("toy-d16", "best", "step750"), "Synthetic last word ↑"])
@@ -201,8 +189,10 @@ def test_table1_has_revisions_and_marks_skipped_tasks(tmp_path):
 
     markdown = table_to_markdown(table)
     assert "| model | checkpoint | revision |" in markdown and "| toy-d16 | best | step750 | 38.00 | – |" in markdown
+    write_csv(table.reset_index(), tmp_path / "table1.csv")  # rule make_table1's CSV: the index as columns
+    assert (tmp_path / "table1.csv").read_text(encoding="utf-8") == table.to_csv()  # the bytes of the old writer
     with pytest.raises(ValueError, match="evaluated at revisions step750 and step500"):
-        make.table1(records + [record("toy-d16", "best", "step500", "synthetic_ppl", 1.0)], ["synthetic_ppl"])
+        table1(records + [record("toy-d16", "best", "step500", "synthetic_ppl", 1.0)], ["synthetic_ppl"])
 
 
 def test_best_job_reuses_the_final_json_when_they_coincide(tmp_path):

@@ -18,7 +18,7 @@ from collections import defaultdict
 import pandas as pd
 import pytest
 
-from conftest import ROOT, SCHEMA, script
+from conftest import ROOT, SCHEMA
 from lmsat.config import load_plan, load_yaml
 
 PYTHIA = ["14m", "31m", "70m", "160m", "410m", "1b", "1.4b", "2.8b", "6.9b", "12b"]
@@ -238,14 +238,15 @@ def test_gated_tokenizer_without_token_names_the_license(no_token):
 
 
 def test_scaling_models_restrict_the_fit_to_them():
-    fit_law = script("fit_scaling_law")
+    from lmsat.scaling import scaled_models
+
     selection = pd.DataFrame(
         dict(suite=["pythia", "pythia", "gpt2"], model=["a", "b", "gpt2"], kind="final", revision=["s", "s", "main"],
              step=[1, 1, 0], tokens=[1.0, 1.0, 0.0], loss=[3.0, 2.5, 3.2])
     )
-    configured, rows = fit_law.scaled_models({"a": 10, "b": 20, "gpt2": 0}, selection, ["a", "b"])
+    configured, rows = scaled_models({"a": 10, "b": 20, "gpt2": 0}, selection, ["a", "b"])
     assert configured == {"a": 10, "b": 20} and list(rows["model"]) == ["a", "b"]
-    configured, rows = fit_law.scaled_models({"a": 10, "b": 20, "gpt2": 0}, selection, [])
+    configured, rows = scaled_models({"a": 10, "b": 20, "gpt2": 0}, selection, [])
     assert len(rows) == 3 and "gpt2" in configured
 
 

@@ -9,7 +9,7 @@ task YAMLs (`dataset_path: json`) into a directory passed as `include_path`.
     out = run_lmeval("EleutherAI/pythia-160m", "step143000", ["lambada_openai", "wikitext"],
                      batch_size=8, limit=None, device="cuda", dtype="float32")
     table = make_table1([{"model": "pythia-160m", "checkpoint": "final", "results": out}, ...])
-    write_table(table, "results/table1.md")          # also .csv and .tex
+    write_table(table, "results/table1.md")          # also .tex; CSV: lmsat.tables.write_csv(table.reset_index(), ...)
 
 storycloze_2016 needs data that is only handed out on request: `run_lmeval` raises
 `ManualDownloadRequired` before loading anything, and `write_storycloze_task` turns the
@@ -503,14 +503,17 @@ def table_to_latex(table: pd.DataFrame) -> str:
 
 
 def write_table(table: pd.DataFrame, path) -> None:
-    """Write `table` as CSV (full precision), Markdown or LaTeX, chosen by the suffix of path."""
+    """Render `table` as Markdown or LaTeX, chosen by the suffix of path. A CSV (full
+    precision) is lmsat.tables.write_csv(table.reset_index(), path), the one CSV writer."""
     path = Path(path)
     writers = {
-        ".csv": lambda: table.to_csv(path),
         ".md": lambda: path.write_text(table_to_markdown(table), encoding="utf-8"),
         ".tex": lambda: path.write_text(table_to_latex(table), encoding="utf-8"),
     }
     if path.suffix not in writers:
-        raise ValueError(f"path {path}: unknown table format {path.suffix!r}; use .csv, .md or .tex")
+        raise ValueError(
+            f"path {path}: unknown table format {path.suffix!r}; use .md or .tex "
+            "(a .csv: lmsat.tables.write_csv(table.reset_index(), path))"
+        )
     path.parent.mkdir(parents=True, exist_ok=True)
     writers[path.suffix]()

@@ -17,7 +17,7 @@ Pieces:
   * `train_head`: Pythia's recipe (App. B), resumable from a state file after a kill.
   * `full_head_eval`: the reference row, the model's own full-rank head W (V, d).
 
-Usage:
+Usage (the learning-rate grid is lmsat.bottleneck.lr_grid, planned without torch):
     with ShardedRepresentations(train_files, seq_len=2048) as train, \\
          ShardedRepresentations(eval_files) as evaluation:
         for lr in lr_grid():
@@ -28,6 +28,8 @@ Usage:
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import math
 import os
 from collections.abc import Iterator, Sequence
@@ -348,7 +350,7 @@ class ShardedRepresentations:
 class HeadTrainConfig:
     """Pythia's optimiser recipe (Biderman et al. 2023) as used in App. B of the paper."""
 
-    peak_lr: float = 1e-2  # searched per rank over lr_grid() = [1e-3, 5e-2] in the paper
+    peak_lr: float = 1e-2  # searched per rank over lmsat.bottleneck.lr_grid() = [1e-3, 5e-2] in the paper
     # Batch size counts SEQUENCES of seq_len tokens, as in Pythia/the paper ("batch size
     # 256" with Pythia's 2048-token context): 256 x 2048 = 524,288 tokens per step, so the
     # paper's ~150M tokens are ~286 steps. Sequences here are runs of seq_len consecutive
@@ -373,11 +375,21 @@ class HeadTrainConfig:
     device: str = "cpu"  # torch device for the head and the batches
 
 
-def lr_grid(lo: float = 1e-3, hi: float = 5e-2, n: int = 4) -> list[float]:
-    """n log-spaced peak learning rates from lo to hi (the paper's search range)."""
-    if not (0 < lo <= hi) or n < 1:
-        raise ValueError(f"lr_grid: need 0 < lo <= hi and n >= 1, got lo={lo}, hi={hi}, n={n}")
-    return [float(x) for x in np.geomspace(lo, hi, n)]
+def state_file(directory, hidden_size: int, vocab_size: int, rank: int, cfg: HeadTrainConfig) -> Path:
+    """Resumable-state path of a run (train_head's state_path), named by a hash of everything
+    that shapes it.
+
+    A changed config gets a new name, so `train_head` never meets a foreign state file;
+    `stale_states` lists the leftovers of other configs in the same directory.
+    """
+    run = {k: v for k, v in dataclasses.asdict(cfg).items() if k != "device"}
+    key = json.dumps(dict(d=hidden_size, vocab_size=vocab_size, rank=rank, cfg=run), sort_keys=True, default=list)
+    return Path(directory) / f"{hashlib.sha256(key.encode()).hexdigest()[:16]}.pt"
+
+
+def stale_states(path: Path) -> list[Path]:
+    """The other state files beside `path`: runs of other configs."""
+    return [p for p in path.parent.glob("*.pt") if p.name != path.name]
 
 
 def _lr_factor(step: int, cfg: HeadTrainConfig) -> float:

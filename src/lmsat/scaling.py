@@ -11,6 +11,7 @@ with the extrapolation: `shortfall` is how far (in %) their loss sits above it.
     predicted = fit.predict(points["n_params"], points["tokens"])
     gap = shortfall(points["loss"], predicted)          # % above the law, > 0 = worse
     n = count_parameters(GPTNeoXConfig.from_pretrained(...), kind="non_embedding")
+    fit_row, table = scaling_tables(best_final, sizes, config["scaling"])   # Fig. 1b's tables
 """
 
 from __future__ import annotations
@@ -270,3 +271,127 @@ def count_parameters(config_or_model, kind: str = "non_embedding") -> int:
         return int(sum(p.numel() for key, p in unique.items() if kind == "total" or key not in embedding_ids))
     non_embedding, embedding = _gpt_neox_counts(config_or_model)
     return int(non_embedding if kind == "non_embedding" else non_embedding + embedding)
+
+
+PARAMETER_KINDS = ("non_embedding", "total")
+
+
+def count_model_parameters(model) -> dict:
+    """{kind: count} of a ModelEntry's final revision, plus where the config came from."""
+    from transformers import AutoConfig
+
+    revision = model.final_revision
+    target, kwargs = model.pretrained_source(revision)
+    try:
+        config = AutoConfig.from_pretrained(target, trust_remote_code=model.trust_remote_code, **kwargs)
+    except (OSError, ValueError) as error:
+        raise ValueError(
+            f"cannot read the config of model {model.name} ({model.id}) at {revision}: {error}; "
+            f"or set {model.key}.n_params in the config"
+        ) from error
+    if config.model_type == "gpt_neox":
+        counts = {kind: count_parameters(config, kind) for kind in PARAMETER_KINDS}
+    else:
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        with torch.device("meta"):  # shapes only, no memory
+            lm = AutoModelForCausalLM.from_config(config, trust_remote_code=model.trust_remote_code)
+        counts = {kind: count_parameters(lm, kind) for kind in PARAMETER_KINDS}
+    return dict(model=model.name, id=model.id, revision=revision, model_type=config.model_type, **counts)
+
+
+# ---------------------------------------------------------------- the fit and shortfall tables (rule fit_scaling_law)
+
+STATISTICS = [  # of a fit: standard errors, 95% t-intervals, bootstrap percentile intervals
+    "A_se", "alpha_se", "A_ci_low", "A_ci_high", "alpha_ci_low", "alpha_ci_high",
+    "bootstrap_A_ci_low", "bootstrap_A_ci_high", "bootstrap_alpha_ci_low", "bootstrap_alpha_ci_high",
+]
+FIT_COLUMNS = [
+    "source", "A", "alpha", *STATISTICS, "n_bootstrap", "B", "beta", "E", "params", "min_params", "fit_on",
+    "n_points", "n_sizes", "fitted_models", "mean_shortfall_best_pct", "mean_shortfall_final_pct",
+]
+FIT_KINDS = {"final": ("final",), "best": ("best",), "best_and_final": ("best", "final")}
+
+
+def model_sizes(configured: dict[str, int], counts: list[dict], kind: str) -> dict[str, float]:
+    """N of every model: the configured n_params, else the `kind` count of its JSON."""
+    counted = {record["model"]: record[kind] for record in counts}
+    sizes = {}
+    for model, n_params in configured.items():
+        if n_params:
+            sizes[model] = float(n_params)
+        elif model in counted:
+            sizes[model] = float(counted[model])
+        else:
+            raise ValueError(f"model {model}: no parameter count (results/params/{model}.json) and n_params is 0")
+    return sizes
+
+
+def scaled_models(configured: dict[str, int], selection: pd.DataFrame, models: list[str]):
+    """(n_params of, best_final rows of) the models of Fig. 1b: `models`, or all when empty."""
+    if not models:
+        return configured, selection
+    return {m: configured[m] for m in models}, selection[selection["model"].isin(models)].reset_index(drop=True)
+
+
+def scaling_tables(selection: pd.DataFrame, sizes: dict[str, float], settings: dict, seed: int = 0):
+    """(fit row, shortfall table) from best_final rows, model sizes and config['scaling']."""
+    points = selection.assign(n_params=selection["model"].map(sizes))
+    unknown = sorted(points.loc[points["n_params"].isna(), "model"].unique())
+    if unknown:
+        raise ValueError(f"best_final.csv: models {unknown} are not in the plan; rebuild it")
+    constants = dict(B=settings["B"], beta=settings["beta"], E=settings["E"])
+    min_params = settings["min_params"]
+    row = dict(params=settings["params"], min_params=min_params, fit_on=settings["fit_on"], **constants)
+    row.update({column: np.nan for column in STATISTICS})  # stay nan for a published law
+    if settings["A"] is not None:  # a published law: nothing to fit
+        A, alpha = settings["A"], settings["alpha"]
+        fitted = np.zeros(len(points), dtype=bool)
+        row.update(source="fixed", A=A, alpha=alpha, n_bootstrap=0, n_points=0, n_sizes=0, fitted_models="")
+    else:
+        on = points[points["kind"].isin(FIT_KINDS[settings["fit_on"]])]
+        on = on.drop_duplicates(["model", "revision"])  # best == final: one point
+        fit = fit_scaling_law(on, min_params=min_params, bootstrap=settings["bootstrap"], seed=seed, **constants)
+        A, alpha = fit.A, fit.alpha
+        fitted_index = on.index[on["n_params"] >= min_params]
+        fitted = points.index.isin(fitted_index)
+        row.update(
+            source="fit",
+            A=A,
+            alpha=alpha,
+            A_se=fit.A_se,
+            alpha_se=fit.alpha_se,
+            A_ci_low=fit.A_ci[0],
+            A_ci_high=fit.A_ci[1],
+            alpha_ci_low=fit.alpha_ci[0],
+            alpha_ci_high=fit.alpha_ci[1],
+            bootstrap_A_ci_low=(fit.bootstrap_A_ci or (np.nan, np.nan))[0],
+            bootstrap_A_ci_high=(fit.bootstrap_A_ci or (np.nan, np.nan))[1],
+            bootstrap_alpha_ci_low=(fit.bootstrap_alpha_ci or (np.nan, np.nan))[0],
+            bootstrap_alpha_ci_high=(fit.bootstrap_alpha_ci or (np.nan, np.nan))[1],
+            n_bootstrap=fit.n_bootstrap,
+            n_points=fit.n_points,
+            n_sizes=fit.n_sizes,
+            fitted_models=";".join(sorted(set(on.loc[fitted_index, "model"]))),
+        )
+    predicted = predict(points["n_params"], points["tokens"], A=A, alpha=alpha, **constants)
+    table = pd.DataFrame(
+        dict(
+            suite=points["suite"],
+            model=points["model"],
+            n_params=points["n_params"],
+            kind=points["kind"],
+            revision=points["revision"],
+            step=points["step"],
+            tokens=points["tokens"],
+            measured=points["loss"],
+            predicted=predicted,
+            shortfall_pct=shortfall(points["loss"], predicted),
+            fitted=fitted,
+        )
+    ).sort_values(["n_params", "kind"], kind="stable")
+    below = table[table["n_params"] < min_params]
+    for kind in ("best", "final"):
+        row[f"mean_shortfall_{kind}_pct"] = below.loc[below["kind"] == kind, "shortfall_pct"].mean()
+    return pd.DataFrame([row])[FIT_COLUMNS], table.reset_index(drop=True)

@@ -444,3 +444,10 @@ def write_corpus(lang: Language, path, n_tokens: int, doc_tokens: int, seed: int
         Path(tmp).unlink(missing_ok=True)
         raise
     return {"n_docs": n_docs, "n_tokens": int(tokens.size), "mean_nll": float(nll.mean())}
+
+
+def entropy_rate_of(language_path) -> float | None:
+    """The synthetic language's entropy rate, or None without a language file."""
+    if not language_path:
+        return None
+    return float(load_language(language_path).entropy_rate)

@@ -309,3 +309,162 @@ def write_csv(table: pd.DataFrame, path, config_sha256: str | None = None, input
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(path) as tmp:
         table.to_csv(tmp, index=False)
+
+
+# ---- best and final checkpoints, Table 1
+
+BEST_FINAL_COLUMNS = ["suite", "model", "kind", "revision", "step", "tokens", "loss", "loss_sem"]
+
+
+def select_checkpoints(loss: pd.DataFrame) -> pd.DataFrame:
+    """best_final.csv: the rows flagged is_best / is_final in a loss table (loss_table), one
+    per model x kind, models in the loss table's order (by size)."""
+    rows = []
+    for kind in ("best", "final"):
+        flagged = loss[loss[f"is_{kind}"].astype(bool)].assign(kind=kind)
+        counts = flagged.groupby("model").size()
+        missing = sorted(set(loss["model"]) - set(counts.index))
+        if missing or (counts > 1).any():
+            raise ValueError(
+                f"loss table: models {missing or sorted(counts[counts > 1].index)} need exactly one "
+                f"is_{kind} row; rebuild results/tables/loss.csv with lmsat.tables.loss_table"
+            )
+        rows.append(flagged)
+    table = in_model_order(pd.concat(rows), list(dict.fromkeys(loss["model"])), ["kind"])
+    return table[BEST_FINAL_COLUMNS]
+
+
+def table1(records: list[dict], tasks: list[str]) -> pd.DataFrame:
+    """Table 1 (lmsat.evaluation.make_table1) of evaluate_checkpoint records, with each row's
+    revision in the index; rendered by lmsat.evaluation.write_table, written as CSV by
+    write_csv(table.reset_index(), ...)."""
+    from lmsat.evaluation import make_table1
+
+    revisions = {}
+    for record in records:
+        key = (record["model"], record["checkpoint"])
+        if revisions.setdefault(key, record["revision"]) != record["revision"]:
+            raise ValueError(
+                f"records of {key} were evaluated at revisions {revisions[key]} and {record['revision']}; "
+                "delete results/evaluation and rerun"
+            )
+    table = make_table1(records, tasks=tasks)
+    decimals = table.attrs["decimals"]
+    table = table.set_index(pd.Index([revisions[key] for key in table.index], name="revision"), append=True)
+    table.attrs["decimals"] = decimals
+    return table
+
+
+# ---- softmax bottleneck
+
+HEAD_COLUMNS = [
+    "model", "revision", "hidden_size", "vocab_size", "kind", "rank", "peak_lr", "eval_loss", "eval_acc",
+    "n_eval_tokens", "loss_gap", "reference_loss_sem", "w_error", "risen", "rise_point",
+]
+SEARCH_COLUMNS = ["model", "rank", "peak_lr", "eval_loss", "eval_acc", "train_loss", "chosen"]
+
+
+def own_head_werror(singular_values, ranks) -> dict[int, float]:
+    """W-error(r) = ||sigma_{r+1:}||_2 / ||W||_F of the model's own head at each r."""
+    from lmsat.werror import w_error_curve
+
+    _, werror = w_error_curve(singular_values)
+    return {r: float(werror[min(r, len(werror) - 1)]) for r in ranks}
+
+
+def heads_tables(runs: list[dict], manifests: dict, spectra: dict, tolerance: float,
+                 model_order: list[str] | None = None):
+    """(heads, lr_search) tables from the runs of every (model, r, lr).
+
+    runs: dicts with model, rank, peak_lr, eval_loss, eval_acc, train_loss; manifests: model
+    -> cache manifest (revision, hidden_size, vocab_size, reference); spectra: model -> the
+    singular values of its own head. Per (model, r) the run with the lowest eval loss is
+    chosen (the paper's per-r learning-rate search). A rank has `risen` when its loss
+    exceeds the reference head's by more than `tolerance` x that loss; the `rise_point` is
+    the largest such rank, i.e. the smallest W-error at which the loss has risen. Rows
+    follow `model_order` (the plan's, by size: in_model_order), by name when None.
+    """
+    import math
+
+    search = pd.DataFrame(runs, columns=[c for c in SEARCH_COLUMNS if c != "chosen"])
+    if search.empty:
+        raise ValueError("heads_tables: no runs; the bottleneck rules produced nothing to tabulate")
+    best = search.loc[search.groupby(["model", "rank"])["eval_loss"].idxmin()]
+    search["chosen"] = search.index.isin(best.index)
+    rows = []
+    for model, manifest in manifests.items():
+        reference = manifest["reference"]
+        chosen = best[best["model"] == model].sort_values("rank")
+        if chosen.empty:
+            raise ValueError(f"heads_tables: no runs of model {model}")
+        werror = own_head_werror(spectra[model], list(chosen["rank"]) + [manifest["hidden_size"]])
+        common = dict(
+            model=model, revision=manifest["revision"], hidden_size=manifest["hidden_size"],
+            vocab_size=manifest["vocab_size"], n_eval_tokens=reference["n_tokens"],
+            reference_loss_sem=reference["loss_sem"],
+        )
+        for run in chosen.itertuples():
+            gap = run.eval_loss - reference["eval_loss"]
+            rows.append(dict(
+                common, kind="low_rank", rank=int(run.rank), peak_lr=run.peak_lr, eval_loss=run.eval_loss,
+                eval_acc=run.eval_acc, loss_gap=gap, w_error=werror[run.rank],
+                risen=bool(gap > tolerance * reference["eval_loss"]),
+            ))
+        rows.append(dict(
+            common, kind="full_head", rank=manifest["hidden_size"], peak_lr=math.nan,
+            eval_loss=reference["eval_loss"], eval_acc=reference["eval_acc"], loss_gap=0.0,
+            w_error=werror[manifest["hidden_size"]], risen=False,
+        ))
+    heads = pd.DataFrame(rows)
+    heads["rise_point"] = False
+    for model, group in heads[heads["kind"] == "low_rank"].groupby("model", sort=False):
+        risen = group[group["risen"]]
+        if not risen.empty:
+            heads.loc[risen["rank"].idxmax(), "rise_point"] = True
+    heads = in_model_order(heads[HEAD_COLUMNS], model_order, [])  # stable: ranks, then the own head
+    return heads, in_model_order(search[SEARCH_COLUMNS], model_order, ["rank", "peak_lr"])
+
+
+def read_head_inputs(run_paths, manifest_paths, spectra_paths) -> tuple[list[dict], dict, dict]:
+    """(runs, manifests by model, own-head singular values by model) for heads_tables, each
+    file checked against what its path promises (lmsat.io.IdentityError naming it):
+    runs/{model}/r{rank}/lr{lr}.json its model, rank and learning rate; cache/{model}/
+    manifest.json its model; the spectra file its model and the manifest's revision (the
+    W-error must be of the head the pairs were cached with)."""
+    from lmsat.bottleneck import lr_label
+    from lmsat.degeneration import read_spectrum
+    from lmsat.io import check_identity
+
+    runs = []
+    for path in map(Path, run_paths):
+        run = read_json(path)
+        found = dict(model=run.get("model"), rank=run.get("rank"), peak_lr=lr_label(float(run.get("peak_lr", "nan"))))
+        promised = dict(model=path.parent.parent.name, rank=path.parent.name[1:], peak_lr=path.stem[2:])
+        check_identity(path, found, promised)
+        runs.append(run)
+    manifests = {}
+    for path in map(Path, manifest_paths):
+        manifest = read_json(path)
+        check_identity(path, manifest, dict(model=path.parent.name))
+        manifests[manifest["model"]] = manifest
+    spectra = {}
+    for path in spectra_paths:
+        values, attrs = read_spectrum(path)  # checks model and revision against its path
+        model = attrs["model"]
+        if model in manifests:
+            check_identity(path, attrs, dict(model=model, revision=manifests[model]["revision"]))
+        spectra[model] = values
+    return runs, manifests, spectra
+
+
+def monotone_violations(heads, slack: float) -> list[tuple[str, int, int]]:
+    """(model, r, r') pairs with r < r' whose chosen loss at r' exceeds the one at r by > slack."""
+    bad = []
+    for model, group in heads[heads["kind"] == "low_rank"].groupby("model"):
+        group = group.sort_values("rank")
+        losses, ranks = group["eval_loss"].to_numpy(), group["rank"].to_numpy()
+        for i in range(len(ranks)):
+            for j in range(i + 1, len(ranks)):
+                if losses[j] > losses[i] + slack:
+                    bad.append((model, int(ranks[i]), int(ranks[j])))
+    return bad

@@ -73,7 +73,7 @@ rule train_rank_head:
         runtime=lambda wildcards, attempt: BOTTLENECK["head_runtime"] * attempt,
         gpu=lambda wildcards: 1 if CONFIG["device"] == "cuda" else 0,
     params:
-        settings=train_settings(BOTTLENECK),
+        settings=head_train_fields(BOTTLENECK),
         lr=lambda wildcards: HEAD_LRS[wildcards.lr],
         state_dir=lambda wildcards: (
             f"results/{wildcards.run}/bottleneck/state/{wildcards.model}/r{wildcards.rank}/lr{wildcards.lr}"
@@ -101,7 +101,7 @@ rule tabulate_bottleneck:
         "../../envs/lmsat.yaml"
     params:
         config_sha256=CONFIG_SHA256,
-        models=BOTTLENECK["models"],
+        models=list(MODELS),
         rise_tolerance=BOTTLENECK["rise_tolerance"],
     script:
         "../scripts/tabulate_bottleneck.py"

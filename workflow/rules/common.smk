@@ -9,7 +9,7 @@ from pathlib import Path
 # whether or not (or whichever) lmsat is installed.
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
-from lmsat.bottleneck import head_ranks, learning_rates, set_corpora, train_settings
+from lmsat.bottleneck import head_ranks, head_train_fields, learning_rates, set_corpora
 from lmsat.config import (
     config_sha256,
     load_plan,

@@ -1,7 +1,7 @@
 """Rule count_model_parameters: a model's parameter counts (non-embedding and total), as JSON.
 
 Read from the config of the model's final revision, never from its weights: GPT-NeoX configs
-are counted from their shapes (lmsat.scaling.count_parameters), other families by building
+are counted from their shapes (lmsat.scaling.count_model_parameters), other families by building
 the model on the meta device (no memory). Needs only config.json, on disk: the toy hub, a
 local directory, or the final checkpoint fetched by rule fetch_checkpoint.
 """
@@ -12,36 +12,9 @@ import logging
 import os
 
 from lmsat.io import setup_logging, write_json
+from lmsat.scaling import count_model_parameters
 
-KINDS = ("non_embedding", "total")
 log = logging.getLogger(__name__)
-
-
-def count_model_parameters(model) -> dict:
-    """{kind: count} of a ModelEntry's final revision, plus where the config came from."""
-    from transformers import AutoConfig
-
-    from lmsat.scaling import count_parameters
-
-    revision = model.final_revision
-    target, kwargs = model.pretrained_source(revision)
-    try:
-        config = AutoConfig.from_pretrained(target, trust_remote_code=model.trust_remote_code, **kwargs)
-    except (OSError, ValueError) as error:
-        raise ValueError(
-            f"cannot read the config of model {model.name} ({model.id}) at {revision}: {error}; "
-            f"or set {model.key}.n_params in the config"
-        ) from error
-    if config.model_type == "gpt_neox":
-        counts = {kind: count_parameters(config, kind) for kind in KINDS}
-    else:
-        import torch
-        from transformers import AutoModelForCausalLM
-
-        with torch.device("meta"):  # shapes only, no memory
-            lm = AutoModelForCausalLM.from_config(config, trust_remote_code=model.trust_remote_code)
-        counts = {kind: count_parameters(lm, kind) for kind in KINDS}
-    return dict(model=model.name, id=model.id, revision=revision, model_type=config.model_type, **counts)
 
 
 def main(snakemake):

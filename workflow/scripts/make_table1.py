@@ -1,37 +1,19 @@
 """Rule make_table1: Table 1 (best vs final checkpoint per model) as CSV, Markdown and LaTeX.
 
-Rows are (model, checkpoint kind, revision); columns are lmsat.evaluation.METRICS of the
-configured tasks, with arrows for the better direction. Skipped tasks are missing (–).
+Rows are (model, checkpoint kind, revision) (lmsat.tables.table1); columns are
+lmsat.evaluation.METRICS of the configured tasks, with arrows for the better direction.
+Skipped tasks are missing (–).
 """
 
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
 import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
 import logging
 
-import pandas as pd
-
-from lmsat.evaluation import make_table1, write_table
+from lmsat.evaluation import write_table
 from lmsat.io import read_record, setup_logging
-from lmsat.tables import with_provenance
+from lmsat.tables import table1, write_csv
 
 log = logging.getLogger(__name__)
-
-
-def table1(records: list[dict], tasks: list[str]) -> pd.DataFrame:
-    """make_table1 of evaluate_checkpoint records, with each row's revision in the index."""
-    revisions = {}
-    for record in records:
-        key = (record["model"], record["checkpoint"])
-        if revisions.setdefault(key, record["revision"]) != record["revision"]:
-            raise ValueError(
-                f"records of {key} were evaluated at revisions {revisions[key]} and {record['revision']}; "
-                "delete results/evaluation and rerun"
-            )
-    table = make_table1(records, tasks=tasks)
-    decimals = table.attrs["decimals"]
-    table = table.set_index(pd.Index([revisions[key] for key in table.index], name="revision"), append=True)
-    table.attrs["decimals"] = decimals
-    return table
 
 
 def main(snakemake):
@@ -41,7 +23,7 @@ def main(snakemake):
         if record["status"] != "done":
             log.warning("%s %s %s: %s (%s)", record["model"], record["checkpoint"], record["task"], record["status"], record["message"])
     table = table1(records, snakemake.params.tasks)
-    write_table(with_provenance(table, snakemake.params.config_sha256), snakemake.output.csv)
+    write_csv(table.reset_index(), snakemake.output.csv, snakemake.params.config_sha256)
     for path in (snakemake.output.md, snakemake.output.tex):
         write_table(table, path)
     log.info("Table 1:\n%s", table.to_string())

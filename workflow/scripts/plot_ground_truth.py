@@ -5,9 +5,9 @@ import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
 import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
 import pandas as pd
 
-from lmsat.bottleneck import entropy_rate_of
 from lmsat.figures.bottleneck import plot_ground_truth
 from lmsat.io import setup_logging
+from lmsat.synthetic import entropy_rate_of
 
 
 def main(snakemake):

@@ -11,7 +11,7 @@ import pandas as pd
 
 from lmsat.io import atomic_path, setup_logging
 from lmsat.report import key_numbers, paper_comparison, paper_values, summary_page
-from lmsat.tables import with_provenance
+from lmsat.tables import write_csv
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +47,7 @@ def main(snakemake):
     with atomic_path(snakemake.output.html) as tmp:
         Path(tmp).write_text(summary_page("lmsat: run summary", facts, numbers, comparison, paper["source"]),
                              encoding="utf-8")
-    with atomic_path(snakemake.output.comparison) as tmp:
-        with_provenance(comparison, params.config_sha256).to_csv(tmp, index=False)
+    write_csv(comparison, snakemake.output.comparison, params.config_sha256)
 
 
 if __name__ == "__main__":

@@ -1,13 +1,13 @@
 """Rule tabulate_bottleneck: the best learning rate per (model, r), the reference rows and
-the W-error of each model's own head (the tables behind Figs. 6 and 8)."""
+the W-error of each model's own head (the tables behind Figs. 6 and 8: lmsat.tables.heads_tables),
+models by size (params.models, the plan's order)."""
 
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
 import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
 import logging
 
-from lmsat.bottleneck import heads_tables, monotone_violations, read_head_inputs
-from lmsat.tables import write_csv
 from lmsat.io import setup_logging
+from lmsat.tables import heads_tables, monotone_violations, read_head_inputs, write_csv
 
 log = logging.getLogger(__name__)
 
@@ -16,7 +16,7 @@ def main(snakemake):
     setup_logging(snakemake.log[0])
     inputs, params = snakemake.input, snakemake.params
     runs, manifests, spectra = read_head_inputs(inputs.runs, inputs.manifests, inputs.spectra)
-    heads, search = heads_tables(runs, manifests, spectra, params.rise_tolerance)
+    heads, search = heads_tables(runs, manifests, spectra, params.rise_tolerance, params.models)
     for row in heads[heads["kind"] == "full_head"].itertuples():
         top = heads[(heads["model"] == row.model) & (heads["kind"] == "low_rank") & (heads["rank"] == row.hidden_size)]
         if not top.empty:

@@ -1,6 +1,7 @@
 """Rule train_rank_head: one rank-r head W = A B of one model at one peak learning rate.
 
-Trained on the cached pairs with Pythia's recipe (`lmsat.heads.train_head`), resumable:
+Trained on the cached pairs with Pythia's recipe (`lmsat.heads.train_head`; params.settings
+are HeadTrainConfig fields, `lmsat.bottleneck.head_train_fields`), resumable:
 the state is saved under params.state_dir while it runs and resumed after a kill, then
 removed once the result is written.
 """
@@ -14,8 +15,7 @@ from dataclasses import asdict
 import numpy as np
 import torch
 
-from lmsat.bottleneck import stale_states, state_file, train_config
-from lmsat.heads import ShardedRepresentations, train_head
+from lmsat.heads import HeadTrainConfig, ShardedRepresentations, stale_states, state_file, train_head
 from lmsat.io import check_identity, read_json, setup_logging, write_json
 from lmsat.models import job_device
 
@@ -33,7 +33,7 @@ def main(snakemake):
     manifest = read_json(snakemake.input.manifest)
     check_identity(snakemake.input.manifest, manifest, dict(model=wildcards.model))  # not another model's cache
     d, vocab_size, rank = manifest["hidden_size"], manifest["vocab_size"], int(wildcards.rank)
-    cfg = train_config(params.settings, params.lr, params.seed, job_device(snakemake))
+    cfg = HeadTrainConfig(**params.settings, peak_lr=params.lr, seed=params.seed, device=job_device(snakemake))
     state = state_file(params.state_dir, d, vocab_size, rank, cfg)
     for stale in stale_states(state):
         log.warning("removing %s, the state of a run with another config", stale)
