@@ -3,7 +3,6 @@ against a float64 SVD, its table, its figure, and its planning."""
 
 import h5py
 import numpy as np
-import pandas as pd
 import pytest
 
 from lmsat.config import ConfigError, load_plan
