@@ -18,6 +18,8 @@ from collections import defaultdict
 import pandas as pd
 import pytest
 
+from lmsat.figures import FIGURES
+
 from conftest import ROOT, SCHEMA
 from lmsat.config import load_plan, load_yaml
 
@@ -100,7 +102,8 @@ def test_paper_plan_keeps_table1_and_fig1b_to_pythia(paper_plan):
     evaluated = {w["model"] for w in jobs["evaluate_checkpoint"]}
     assert evaluated == {f"pythia-{size}" for size in PYTHIA}
     assert {w["model"] for w in jobs["count_model_parameters"]} == {f"pythia-{size}" for size in PYTHIA}
-    assert len(jobs["plot_anisotropy"]) == len(jobs["plot_ngram_werror"]) == len(jobs["plot_bottleneck"]) == 1
+    assert len(jobs["plot_ngram_werror"]) == len(jobs["plot_bottleneck"]) == 1
+    assert {w["figure"] for w in jobs["plot_metric_figure"]} == set(FIGURES)  # each metric figure once
 
 
 def test_paper_config_states_the_model_cards():
@@ -150,7 +153,7 @@ def test_post_paper_suite_plans_offline(name, models, revisions, tokens_per_step
         assert entry.tokens_per_step == tokens_per_step
         assert entry.revisions[0] in planned[model] and entry.final_revision in planned[model]
     assert checkpoints(jobs, "fetch_checkpoint") == planned
-    assert len(jobs["plot_anisotropy"]) == 1 and len(jobs["fit_scaling_law"]) == 1
+    assert {w["figure"] for w in jobs["plot_metric_figure"]} == set(FIGURES) and len(jobs["fit_scaling_law"]) == 1
 
 
 def test_post_paper_revision_names_and_steps():

@@ -188,3 +188,17 @@ def test_report_shows_every_caption_figure_and_table(default_run, tmp_path):
     check_report(workdir, tmp_path / "report.html")
     names = zipfile.ZipFile(tmp_path / "report.zip").namelist()
     assert any(name.endswith("fig1a_loss.pdf") for name in names), names[:20]
+
+
+def test_tables_match_the_recorded_default_run(default_run):
+    """Every table of the default run before the one-home-per-role refactor (commit 7807299,
+    digests in tests/data/default_tables.json by tests/golden_tables.py) comes out
+    byte-identical apart from its provenance columns; tables of metrics added since (the
+    effective rank) are new files, not compared. A change that means to change results
+    records the new digests with `python tests/golden_tables.py <run>/results/default/tables`."""
+    from golden_tables import table_digests
+
+    recorded = json.loads((ROOT / "tests" / "data" / "default_tables.json").read_text())
+    made = table_digests(default_run[0] / "results/default/tables")
+    assert sorted(set(recorded) - set(made)) == []  # every recorded table is still made
+    assert {name: made[name] for name in recorded} == recorded

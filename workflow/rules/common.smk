@@ -657,7 +657,12 @@ OTHER_SECTIONS = {
         ["ngram_ground_truth"],
     ),
 }
-REPORT_SECTIONS = {**METRIC_SECTIONS, **OTHER_SECTIONS}
+# category by category, in order of first appearance (Saturation, ..., Softmax bottleneck)
+_SECTIONS = {**METRIC_SECTIONS, **OTHER_SECTIONS}
+_CATEGORIES = list(dict.fromkeys(category for category, *_ in _SECTIONS.values()))
+REPORT_SECTIONS = dict(
+    sorted(_SECTIONS.items(), key=lambda item: _CATEGORIES.index(item[1][0]))
+)
 SUMMARY_HTML = f"results/{RUN}/report/summary.html"
 CAPTIONS = Path(workflow.current_basedir).parent / "report"
 SECTION_OF_FIGURE = {
