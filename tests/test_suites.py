@@ -38,7 +38,7 @@ def dry_run(configfile: str):
     jobs = defaultdict(list)
     rule = None
     for line in output.splitlines():
-        if match := re.match(r"^(?:local)?rule (\w+):$", line.strip()):
+        if match := re.match(r"^(?:local)?(?:rule|checkpoint) (\w+):$", line.strip()):
             rule = match.group(1)
             jobs[rule].append({})
         elif rule and (match := re.match(r"^wildcards: (.*)$", line.strip())):
