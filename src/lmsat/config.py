@@ -127,10 +127,6 @@ class Plan:
         """Every (model, revision) pair, suite by suite, in training order."""
         return [(m.name, r) for m in self.models.values() for r in m.revisions]
 
-    def sample_path(self, tokenizer: str) -> str:
-        corpus = self.config["sample"]["corpus"]
-        return f"{self.results}/samples/{corpus}/{tokenizer}.h5"
-
 
 def toy_hub_cache(results: str) -> str:
     """The hub cache the toy suite's checkpoints are published to (rule train_toy_model)."""

@@ -136,7 +136,9 @@ def checkpoint_files(pattern, **extra):
 
 
 def sample_of_model(wildcards):
-    return PLAN.sample_path(MODELS[wildcards.model].tokenizer)
+    """The eval token sample of the model's tokenizer (rule sample_eval_tokens)."""
+    corpus, tokenizer = CONFIG["sample"]["corpus"], MODELS[wildcards.model].tokenizer
+    return f"results/{RUN}/samples/{corpus}/{tokenizer}.h5"
 
 
 def fetched_checkpoint(path):

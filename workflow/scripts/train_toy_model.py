@@ -2,6 +2,8 @@
 
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
 import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
+from pathlib import Path
+
 import torch
 from transformers import AutoTokenizer
 
@@ -25,9 +27,13 @@ def main(snakemake):
         max_steps=cfg["max_steps"], batch_size=cfg["batch_size"], lr=cfg["learning_rate"] or None, seed=params.seed
     )
     steps = dict(zip(model.steps, model.revisions))
+    # the declared output is the model's repository inside the hub cache that readers load from
+    hub_cache = str(Path(snakemake.output.repository).parent)
+    if hub_cache != model.cache_dir(model.final_revision):
+        raise ValueError(f"output {snakemake.output.repository} is not in the toy hub cache {model.cache_dir(model.final_revision)}")
 
     def publish(step, lm):
-        hub.publish_revision(lm, tokenizer, model.cache_dir(steps[step]), model.id, steps[step])
+        hub.publish_revision(lm, tokenizer, hub_cache, model.id, steps[step])
 
     history = toy.train_toy_model(train_tokens, model_spec, train_spec, sorted(steps), publish)
     write_json(
