@@ -20,17 +20,13 @@ from lmsat.evaluation import (
     METRICS,
     STORYCLOZE_2016_FILES,
     ManualDownloadRequired,
-    make_table1,
     manual_download_missing,
     run_lmeval,
-    table_to_latex,
-    table_to_markdown,
     write_offline_tasks,
     write_storycloze_task,
-    write_table,
 )
 from lmsat.evaluation import _check_tasks
-from lmsat.tables import write_csv
+from lmsat.tables import make_table1, table_to_latex, table_to_markdown, write_csv, write_table
 
 EOS = "<|endoftext|>"
 WORDS = [f"w{i}" for i in range(24)]

@@ -15,7 +15,8 @@ from snakemake.iocontainers import Namedlist
 from lmsat.config import ModelEntry
 from lmsat.figures.saturation import law_curve, plot_scaling_fit
 from lmsat.io import read_json, write_json
-from lmsat.scaling import count_model_parameters, count_parameters, model_sizes, scaling_tables
+from lmsat.scaling import count_model_parameters, count_parameters
+from lmsat.tables import model_sizes, scaling_tables
 from lmsat.tables import loss_table, select_checkpoints, table1, write_csv
 
 from conftest import ROOT, script
@@ -185,7 +186,7 @@ def test_table1_has_revisions_and_marks_skipped_tasks(tmp_path):
     assert list(table.index) == [("toy-d16", "best", "step750"), ("toy-d16", "final", "step1000")]
     assert table.loc[("toy-d16", "final", "step1000"), "Synthetic last word ↑"] == 50.0
     assert math.isnan(table.loc[("toy-d16", "best", "step750"), "Synthetic last word ↑"])
-    from lmsat.evaluation import table_to_markdown
+    from lmsat.tables import table_to_markdown
 
     markdown = table_to_markdown(table)
     assert "| model | checkpoint | revision |" in markdown and "| toy-d16 | best | step750 | 38.00 | – |" in markdown

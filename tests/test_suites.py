@@ -241,7 +241,7 @@ def test_gated_tokenizer_without_token_names_the_license(no_token):
 
 
 def test_scaling_models_restrict_the_fit_to_them():
-    from lmsat.scaling import scaled_models
+    from lmsat.tables import scaled_models
 
     selection = pd.DataFrame(
         dict(suite=["pythia", "pythia", "gpt2"], model=["a", "b", "gpt2"], kind="final", revision=["s", "s", "main"],

@@ -29,7 +29,6 @@ from importlib import resources
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import yaml
 
 from lmsat.progress import ThrottledLog
@@ -429,91 +428,3 @@ def metric_value(results: dict, spec: MetricSpec) -> float:
     return float(value) * spec.scale if isinstance(value, (int, float)) else math.nan
 
 
-def make_table1(records, tasks=TABLE1_TASKS) -> pd.DataFrame:
-    """Table 1: one row per (model, checkpoint kind), one column per metric of `tasks`.
-
-    records: iterable of {"model": str, "checkpoint": "best" | "final" | ..., "results":
-    run_lmeval dict}; records of the same model and checkpoint are merged (one JSON per
-    task is fine). Tasks missing from a record (e.g. a skipped storycloze_2016) are nan.
-    Headers carry the direction, e.g. "Lambada (ppl.) ↓"; accuracies are in %.
-    """
-    unknown = [task for task in tasks if task not in METRICS]
-    if unknown:
-        raise ValueError(f"tasks: no metric registered for {unknown}; add them to lmsat.evaluation.METRICS")
-    specs = [spec for task in tasks for spec in METRICS[task]]
-    rows: dict[tuple[str, str], dict[str, float]] = {}
-    for record in records:
-        missing = [key for key in ("model", "checkpoint", "results") if key not in record]
-        if missing:
-            raise ValueError(f"records: a record lacks {missing}; expected keys model, checkpoint, results")
-        row = rows.setdefault((record["model"], record["checkpoint"]), {spec.header: math.nan for spec in specs})
-        for spec in specs:
-            value = metric_value(record["results"], spec)
-            if not math.isnan(value):
-                row[spec.header] = value
-    models = list(dict.fromkeys(model for model, _ in rows))
-    rank = {kind: i for i, kind in enumerate(CHECKPOINT_ORDER)}
-    keys = sorted(rows, key=lambda key: (models.index(key[0]), rank.get(key[1], len(rank)), key[1]))
-    index = pd.MultiIndex.from_tuples(keys, names=["model", "checkpoint"])
-    table = pd.DataFrame([rows[key] for key in keys], index=index, columns=[spec.header for spec in specs])
-    table.attrs["decimals"] = {spec.header: spec.decimals for spec in specs}
-    return table
-
-
-def _formatted(table: pd.DataFrame) -> list[list[str]]:
-    decimals = table.attrs.get("decimals", {})
-    cells = []
-    for key, values in zip(table.index, table.itertuples(index=False)):
-        key = key if isinstance(key, tuple) else (key,)
-        numbers = [
-            "–" if math.isnan(value) else f"{value:.{decimals.get(column, 2)}f}"
-            for column, value in zip(table.columns, values)
-        ]
-        cells.append([str(part) for part in key] + numbers)
-    return cells
-
-
-def table_to_markdown(table: pd.DataFrame) -> str:
-    """GitHub Markdown; missing values shown as –."""
-    header = [str(name) for name in table.index.names] + [str(column) for column in table.columns]
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] * len(table.index.names) + ["---:"] * len(table.columns)) + "|"]
-    lines += ["| " + " | ".join(row) + " |" for row in _formatted(table)]
-    return "\n".join(lines) + "\n"
-
-
-def _latex_escape(text: str) -> str:
-    for char, replacement in (("\\", r"\textbackslash{}"), ("&", r"\&"), ("%", r"\%"), ("_", r"\_"), ("#", r"\#")):
-        text = text.replace(char, replacement)
-    return text.replace("↑", r"$\uparrow$").replace("↓", r"$\downarrow$").replace("–", "--")
-
-
-def table_to_latex(table: pd.DataFrame) -> str:
-    """A booktabs tabular (needs \\usepackage{booktabs}); arrows as $\\uparrow$/$\\downarrow$."""
-    n_keys = len(table.index.names)
-    header = [str(name).capitalize() for name in table.index.names] + [str(column) for column in table.columns]
-    lines = [
-        r"\begin{tabular}{" + "l" * n_keys + "r" * len(table.columns) + "}",
-        r"\toprule",
-        " & ".join(_latex_escape(cell) for cell in header) + r" \\",
-        r"\midrule",
-    ]
-    lines += [" & ".join(_latex_escape(cell) for cell in row) + r" \\" for row in _formatted(table)]
-    lines += [r"\bottomrule", r"\end{tabular}"]
-    return "\n".join(lines) + "\n"
-
-
-def write_table(table: pd.DataFrame, path) -> None:
-    """Render `table` as Markdown or LaTeX, chosen by the suffix of path. A CSV (full
-    precision) is lmsat.tables.write_csv(table.reset_index(), path), the one CSV writer."""
-    path = Path(path)
-    writers = {
-        ".md": lambda: path.write_text(table_to_markdown(table), encoding="utf-8"),
-        ".tex": lambda: path.write_text(table_to_latex(table), encoding="utf-8"),
-    }
-    if path.suffix not in writers:
-        raise ValueError(
-            f"path {path}: unknown table format {path.suffix!r}; use .md or .tex "
-            "(a .csv: lmsat.tables.write_csv(table.reset_index(), path))"
-        )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    writers[path.suffix]()

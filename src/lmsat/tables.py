@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from pathlib import Path
 
 import h5py
@@ -17,7 +18,10 @@ import numpy as np
 import pandas as pd
 
 from lmsat.degeneration import ATTENTION_KINDS, ATTENTION_SCALARS, RECORD_KEYS, read_attention, read_spectrum
-from lmsat.io import atomic_path, library_versions, read_json, read_record, source_sha256
+from lmsat.evaluation import CHECKPOINT_ORDER, TABLE1_TASKS, metric_value
+from lmsat.evaluation import METRICS as TABLE1_METRICS
+from lmsat.io import atomic_path, check_identity, library_versions, promised_by_path, read_json, read_record, source_sha256
+from lmsat.scaling import fit_scaling_law, predict, shortfall
 from lmsat.spectra import effective_rank, identical_heads, singular_entropy, stable_rank
 
 log = logging.getLogger(__name__)
@@ -335,11 +339,9 @@ def select_checkpoints(loss: pd.DataFrame) -> pd.DataFrame:
 
 
 def table1(records: list[dict], tasks: list[str]) -> pd.DataFrame:
-    """Table 1 (lmsat.evaluation.make_table1) of evaluate_checkpoint records, with each row's
-    revision in the index; rendered by lmsat.evaluation.write_table, written as CSV by
+    """Table 1 (make_table1) of evaluate_checkpoint records, with each row's
+    revision in the index; rendered by write_table, written as CSV by
     write_csv(table.reset_index(), ...)."""
-    from lmsat.evaluation import make_table1
-
     revisions = {}
     for record in records:
         key = (record["model"], record["checkpoint"])
@@ -353,6 +355,234 @@ def table1(records: list[dict], tasks: list[str]) -> pd.DataFrame:
     table = table.set_index(pd.Index([revisions[key] for key in table.index], name="revision"), append=True)
     table.attrs["decimals"] = decimals
     return table
+
+
+def make_table1(records, tasks=TABLE1_TASKS) -> pd.DataFrame:
+    """Table 1: one row per (model, checkpoint kind), one column per metric of `tasks`.
+
+    records: iterable of {"model": str, "checkpoint": "best" | "final" | ..., "results":
+    run_lmeval dict}; records of the same model and checkpoint are merged (one JSON per
+    task is fine). Tasks missing from a record (e.g. a skipped storycloze_2016) are nan.
+    Headers carry the direction, e.g. "Lambada (ppl.) ↓"; accuracies are in %.
+    """
+    unknown = [task for task in tasks if task not in TABLE1_METRICS]
+    if unknown:
+        raise ValueError(f"tasks: no metric registered for {unknown}; add them to lmsat.evaluation.METRICS")
+    specs = [spec for task in tasks for spec in TABLE1_METRICS[task]]
+    rows: dict[tuple[str, str], dict[str, float]] = {}
+    for record in records:
+        missing = [key for key in ("model", "checkpoint", "results") if key not in record]
+        if missing:
+            raise ValueError(f"records: a record lacks {missing}; expected keys model, checkpoint, results")
+        row = rows.setdefault((record["model"], record["checkpoint"]), {spec.header: math.nan for spec in specs})
+        for spec in specs:
+            value = metric_value(record["results"], spec)
+            if not math.isnan(value):
+                row[spec.header] = value
+    models = list(dict.fromkeys(model for model, _ in rows))
+    rank = {kind: i for i, kind in enumerate(CHECKPOINT_ORDER)}
+    keys = sorted(rows, key=lambda key: (models.index(key[0]), rank.get(key[1], len(rank)), key[1]))
+    index = pd.MultiIndex.from_tuples(keys, names=["model", "checkpoint"])
+    table = pd.DataFrame([rows[key] for key in keys], index=index, columns=[spec.header for spec in specs])
+    table.attrs["decimals"] = {spec.header: spec.decimals for spec in specs}
+    return table
+
+
+def _formatted(table: pd.DataFrame) -> list[list[str]]:
+    decimals = table.attrs.get("decimals", {})
+    cells = []
+    for key, values in zip(table.index, table.itertuples(index=False)):
+        key = key if isinstance(key, tuple) else (key,)
+        numbers = [
+            "–" if math.isnan(value) else f"{value:.{decimals.get(column, 2)}f}"
+            for column, value in zip(table.columns, values)
+        ]
+        cells.append([str(part) for part in key] + numbers)
+    return cells
+
+
+def table_to_markdown(table: pd.DataFrame) -> str:
+    """GitHub Markdown; missing values shown as –."""
+    header = [str(name) for name in table.index.names] + [str(column) for column in table.columns]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] * len(table.index.names) + ["---:"] * len(table.columns)) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in _formatted(table)]
+    return "\n".join(lines) + "\n"
+
+
+def _latex_escape(text: str) -> str:
+    for char, replacement in (("\\", r"\textbackslash{}"), ("&", r"\&"), ("%", r"\%"), ("_", r"\_"), ("#", r"\#")):
+        text = text.replace(char, replacement)
+    return text.replace("↑", r"$\uparrow$").replace("↓", r"$\downarrow$").replace("–", "--")
+
+
+def table_to_latex(table: pd.DataFrame) -> str:
+    """A booktabs tabular (needs \\usepackage{booktabs}); arrows as $\\uparrow$/$\\downarrow$."""
+    n_keys = len(table.index.names)
+    header = [str(name).capitalize() for name in table.index.names] + [str(column) for column in table.columns]
+    lines = [
+        r"\begin{tabular}{" + "l" * n_keys + "r" * len(table.columns) + "}",
+        r"\toprule",
+        " & ".join(_latex_escape(cell) for cell in header) + r" \\",
+        r"\midrule",
+    ]
+    lines += [" & ".join(_latex_escape(cell) for cell in row) + r" \\" for row in _formatted(table)]
+    lines += [r"\bottomrule", r"\end{tabular}"]
+    return "\n".join(lines) + "\n"
+
+
+def write_table(table: pd.DataFrame, path) -> None:
+    """Render `table` as Markdown or LaTeX, chosen by the suffix of path. A CSV (full
+    precision) is lmsat.tables.write_csv(table.reset_index(), path), the one CSV writer."""
+    path = Path(path)
+    writers = {
+        ".md": lambda: path.write_text(table_to_markdown(table), encoding="utf-8"),
+        ".tex": lambda: path.write_text(table_to_latex(table), encoding="utf-8"),
+    }
+    if path.suffix not in writers:
+        raise ValueError(
+            f"path {path}: unknown table format {path.suffix!r}; use .md or .tex "
+            "(a .csv: lmsat.tables.write_csv(table.reset_index(), path))"
+        )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    writers[path.suffix]()
+
+
+# ---- Fig. 1b: the scaling-law fit and the shortfall (rule fit_scaling_law; the fit: lmsat.scaling)
+
+STATISTICS = [  # of a fit: standard errors, 95% t-intervals, bootstrap percentile intervals
+    "A_se", "alpha_se", "A_ci_low", "A_ci_high", "alpha_ci_low", "alpha_ci_high",
+    "bootstrap_A_ci_low", "bootstrap_A_ci_high", "bootstrap_alpha_ci_low", "bootstrap_alpha_ci_high",
+]
+FIT_COLUMNS = [
+    "source", "A", "alpha", *STATISTICS, "n_bootstrap", "B", "beta", "E", "params", "min_params", "fit_on",
+    "n_points", "n_sizes", "fitted_models", "mean_shortfall_best_pct", "mean_shortfall_final_pct",
+]
+FIT_KINDS = {"final": ("final",), "best": ("best",), "best_and_final": ("best", "final")}
+
+
+def model_sizes(configured: dict[str, int], counts: list[dict], kind: str) -> dict[str, float]:
+    """N of every model: the configured n_params, else the `kind` count of its JSON."""
+    counted = {record["model"]: record[kind] for record in counts}
+    sizes = {}
+    for model, n_params in configured.items():
+        if n_params:
+            sizes[model] = float(n_params)
+        elif model in counted:
+            sizes[model] = float(counted[model])
+        else:
+            raise ValueError(f"model {model}: no parameter count (results/params/{model}.json) and n_params is 0")
+    return sizes
+
+
+def scaled_models(configured: dict[str, int], selection: pd.DataFrame, models: list[str]):
+    """(n_params of, best_final rows of) the models of Fig. 1b: `models`, or all when empty."""
+    if not models:
+        return configured, selection
+    return {m: configured[m] for m in models}, selection[selection["model"].isin(models)].reset_index(drop=True)
+
+
+def scaling_tables(selection: pd.DataFrame, sizes: dict[str, float], settings: dict, seed: int = 0):
+    """(fit row, shortfall table) from best_final rows, model sizes and config['scaling']."""
+    points = selection.assign(n_params=selection["model"].map(sizes))
+    unknown = sorted(points.loc[points["n_params"].isna(), "model"].unique())
+    if unknown:
+        raise ValueError(f"best_final.csv: models {unknown} are not in the plan; rebuild it")
+    constants = dict(B=settings["B"], beta=settings["beta"], E=settings["E"])
+    min_params = settings["min_params"]
+    row = dict(params=settings["params"], min_params=min_params, fit_on=settings["fit_on"], **constants)
+    row.update({column: np.nan for column in STATISTICS})  # stay nan for a published law
+    if settings["A"] is not None:  # a published law: nothing to fit
+        A, alpha = settings["A"], settings["alpha"]
+        fitted = np.zeros(len(points), dtype=bool)
+        row.update(source="fixed", A=A, alpha=alpha, n_bootstrap=0, n_points=0, n_sizes=0, fitted_models="")
+    else:
+        on = points[points["kind"].isin(FIT_KINDS[settings["fit_on"]])]
+        on = on.drop_duplicates(["model", "revision"])  # best == final: one point
+        fit = fit_scaling_law(on, min_params=min_params, bootstrap=settings["bootstrap"], seed=seed, **constants)
+        A, alpha = fit.A, fit.alpha
+        fitted_index = on.index[on["n_params"] >= min_params]
+        fitted = points.index.isin(fitted_index)
+        row.update(
+            source="fit",
+            A=A,
+            alpha=alpha,
+            A_se=fit.A_se,
+            alpha_se=fit.alpha_se,
+            A_ci_low=fit.A_ci[0],
+            A_ci_high=fit.A_ci[1],
+            alpha_ci_low=fit.alpha_ci[0],
+            alpha_ci_high=fit.alpha_ci[1],
+            bootstrap_A_ci_low=(fit.bootstrap_A_ci or (np.nan, np.nan))[0],
+            bootstrap_A_ci_high=(fit.bootstrap_A_ci or (np.nan, np.nan))[1],
+            bootstrap_alpha_ci_low=(fit.bootstrap_alpha_ci or (np.nan, np.nan))[0],
+            bootstrap_alpha_ci_high=(fit.bootstrap_alpha_ci or (np.nan, np.nan))[1],
+            n_bootstrap=fit.n_bootstrap,
+            n_points=fit.n_points,
+            n_sizes=fit.n_sizes,
+            fitted_models=";".join(sorted(set(on.loc[fitted_index, "model"]))),
+        )
+    predicted = predict(points["n_params"], points["tokens"], A=A, alpha=alpha, **constants)
+    table = pd.DataFrame(
+        dict(
+            suite=points["suite"],
+            model=points["model"],
+            n_params=points["n_params"],
+            kind=points["kind"],
+            revision=points["revision"],
+            step=points["step"],
+            tokens=points["tokens"],
+            measured=points["loss"],
+            predicted=predicted,
+            shortfall_pct=shortfall(points["loss"], predicted),
+            fitted=fitted,
+        )
+    ).sort_values(["n_params", "kind"], kind="stable")
+    below = table[table["n_params"] < min_params]
+    for kind in ("best", "final"):
+        row[f"mean_shortfall_{kind}_pct"] = below.loc[below["kind"] == kind, "shortfall_pct"].mean()
+    return pd.DataFrame([row])[FIT_COLUMNS], table.reset_index(drop=True)
+
+
+# ---- Fig. 7 and the ground truth: W-error curves of n-gram matrices
+
+
+def ngram_werror_table(paths) -> pd.DataFrame:
+    """W-error(d) of every corpus x tokenizer n-gram spectrum file (rule count_corpus_ngrams),
+    each checked against its path; a file with the true matrix's spectrum adds its curve."""
+    from lmsat.ngram_werror import TABLE_COLUMNS, curve_rows
+
+    tables = []
+    for path in paths:
+        with h5py.File(path, "r") as f:
+            attrs = {k: f.attrs[k] for k in ("corpus", "tokenizer", "order", "n_tokens", "n_contexts", "vocab_size")}
+            attrs = {k: (v.item() if hasattr(v, "item") else v) for k, v in attrs.items()}
+            check_identity(path, attrs, promised_by_path(path, "corpus", "tokenizer"))
+            tables.append(curve_rows(f["singular_values"][...], **attrs, kind="empirical"))
+            if "truth_singular_values" in f:
+                truth = dict(attrs, n_tokens=0, n_contexts=float(f.attrs["truth_n_contexts"]))
+                tables.append(curve_rows(f["truth_singular_values"][...], **truth, kind="truth"))
+    return pd.concat(tables, ignore_index=True)[TABLE_COLUMNS]
+
+
+def ngram_ground_truth_table(spectra: dict, order: int, vocab_size: int, n_buckets: int) -> pd.DataFrame:
+    """W-error curves of the synthetic language's true n-gram matrix, of samples of it
+    (lmsat.ngram_werror.ground_truth_spectra) and of its bucket matrix; logs each sample's
+    largest gap to the truth."""
+    from lmsat.ngram_werror import TABLE_COLUMNS, curve_rows
+
+    common = dict(corpus="synthetic", tokenizer="language", order=order, vocab_size=vocab_size)
+    truth = curve_rows(spectra["truth"]["singular_values"], **common, kind="truth", n_tokens=0,
+                       n_contexts=spectra["truth"]["n_contexts"])
+    tables = [truth]
+    for n, spectrum in spectra["samples"].items():
+        curve = curve_rows(spectrum["singular_values"], **common, kind="empirical", n_tokens=n,
+                           n_contexts=spectrum["n_contexts"])
+        gap = (curve["werror"] - truth["werror"]).abs().max()
+        log.info("%d tokens: %d of %d contexts seen, max |W-error gap| to the truth %.4f", n,
+                 spectrum["n_contexts"], spectra["truth"]["n_contexts"], gap)
+        tables.append(curve)
+    tables.append(curve_rows(spectra["buckets"], **common, kind="buckets", n_tokens=0, n_contexts=n_buckets))
+    return pd.concat(tables, ignore_index=True)[TABLE_COLUMNS]
 
 
 # ---- softmax bottleneck

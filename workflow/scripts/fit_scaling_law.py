@@ -2,7 +2,7 @@
 
 Inputs: results/tables/best_final.csv (each model's best and final checkpoint) and the
 parameter counts of results/params/{model}.json (for models whose n_params the config
-leaves at 0). Outputs (lmsat.scaling.scaling_tables):
+leaves at 0). Outputs (lmsat.tables.scaling_tables):
   scaling_fit.csv        one row: A, alpha, their standard errors and 95% CIs, the fixed
                          B, beta, E, the settings, and the mean shortfall of the models
                          below min_params (the paper - ~8% final, ~4% best)
@@ -17,7 +17,7 @@ import logging
 import pandas as pd
 
 from lmsat.io import read_record, setup_logging
-from lmsat.scaling import model_sizes, scaled_models, scaling_tables
+from lmsat.tables import model_sizes, scaled_models, scaling_tables
 from lmsat.tables import write_csv
 
 log = logging.getLogger(__name__)

@@ -9,9 +9,8 @@ import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
 import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
 import logging
 
-from lmsat.evaluation import write_table
 from lmsat.io import read_record, setup_logging
-from lmsat.tables import table1, write_csv
+from lmsat.tables import table1, write_csv, write_table
 
 log = logging.getLogger(__name__)
 
