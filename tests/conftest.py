@@ -67,7 +67,7 @@ def small_toy_config(models=("toy-d16", "toy-d32"), n_seq=256, chunk=2) -> dict:
     the final step16), an eval sample of `n_seq` sequences of 32 tokens cached `chunk`
     sequences at a time, short training, and small later stages."""
     config = copy.deepcopy(load_yaml(ROOT / "config" / "config.yaml"))
-    config.update(device="cpu", threads=1, metrics=["loss"])
+    config.update(device="cpu", threads=1, metrics=None)  # every registered metric
     config["toy"].update(
         language={"vocab_size": 256, "order": 2, "groups": 4, "support": 24},
         train_tokens=20000,
