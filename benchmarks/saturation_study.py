@@ -285,15 +285,14 @@ def export_loss_table(records: list[dict], setting: str, seed: int, path: Path) 
     path.write_text("\n".join([header, "suite,model,revision,step,tokens,loss,loss_sem", *rows]) + "\n")
 
 
-def language_table(records: list[dict], widths: list[int]) -> str:
+def language_table(names: list[str], widths: list[int]) -> str:
     """Markdown table of the languages searched: contexts, rank, entropy rate, and the rank-d
     softmax floor (toy_suite.softmax_floor: the lowest loss of any rank-d logits) per width."""
     from toy_suite import softmax_floor  # benchmarks/ is on sys.path when run as a script
 
     seen = {}
-    for r in records:
-        spec = language_spec(r["params"])
-        seen.setdefault(spec, []).append(r["setting"])
+    for name in names:
+        seen.setdefault(language_spec(setting_params(name)), []).append(name)
     head = "| V | k | G | s | a | contexts | rank | H (nats) | " + " | ".join(
         f"floor d={d}" for d in widths
     )
@@ -327,7 +326,7 @@ def main():
     parser.add_argument("--export", nargs=3, metavar=("SETTING", "SEED", "CSV"),
                         help="write one setting x seed of --out as a loss table")  # fmt: skip
     parser.add_argument("--languages", action="store_true",
-                        help="print the languages of --out: rank, entropy, rank-d floors")  # fmt: skip
+                        help="print the languages of --settings: rank, entropy, rank-d floors")  # fmt: skip
     parser.add_argument("--time", action="store_true", help="time one run per width of base")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -344,12 +343,17 @@ def main():
         export_loss_table(read_done(args.out), setting, int(seed), Path(path))
         return
     if args.languages:
-        print(language_table(read_done(args.out), args.widths))
+        print(language_table(args.settings, args.widths))
         return
     if args.summary:
         records = read_done(args.out)
         print(summarize(records))
         print(f"\nsaturating settings (narrowest all seeds, widest none): {verdict(records)}")
+        rises = sorted((r for r in records if r["best_step"] < r["final_step"]), key=lambda r: -r["z"])
+        print(
+            f"runs with best before final: {len(rises)} of {len(records)}; largest rises: "
+            + ", ".join(f"{r['setting']} seed {r['seed']} d={r['width']} {r['z']:+.1f} SE" for r in rises[:8])
+        )
         print(f"runs {len(records)}, train wall {sum(r['wall_s'] for r in records) / 60:.1f} min")
         return
     if args.time:

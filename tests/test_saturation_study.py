@@ -9,6 +9,7 @@ seed): this run's d=8 rise is +0.4 SE, so it exercises the code path, not the ph
 
 import importlib.util
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -77,3 +78,31 @@ def test_table1_best_row_is_another_revision_than_the_final_row(selection):
     (best_rev, best_ppl), (final_rev, final_ppl) = rows[(NARROW, "best")], rows[(NARROW, "final")]
     assert best_rev != final_rev and best_ppl < final_ppl
     assert rows[(WIDE, "best")] == rows[(WIDE, "final")]
+
+
+# ---------------------------------------------------------------- the search script
+
+
+def study():
+    spec = importlib.util.spec_from_file_location("saturation_study", ROOT / "benchmarks" / "saturation_study.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_one_tiny_run_records_best_final_and_exports_a_loss_table(tmp_path):
+    mod = study()
+    p = mod.setting_params("base", dict(vocab=32, groups=1, support=8, seq_len=8, batch=4, steps=8))
+    args = SimpleNamespace(eval_tokens=512, n_checkpoints=4)
+    r = mod.run_one("tiny", p, seed=0, width=8, args=args)
+    assert r["steps"] == [2, 4, 6, 8] and r["final_step"] == 8 and r["rank"] == 32
+    assert r["train_tokens"] == 8 * 4 * 9 and r["eval_tokens"] >= 512  # fresh windows, each used once
+    assert r["z"] >= 0 and r["saturated"] == (r["best_step"] < 8 and r["z"] > 3)
+    path = tmp_path / "loss.csv"
+    mod.export_loss_table([r], "tiny", 0, path)
+    table = loss_table(pd.read_csv(path, comment="#").to_dict("records"))
+    assert list(table["step"]) == [2, 4, 6, 8] and table["is_final"].sum() == table["is_best"].sum() == 1
+    fake = [dict(r, seed=s, width=w, saturated=(w == 8)) for w in (8, 64) for s in (0, 1, 2)]
+    assert mod.verdict(fake) == ["tiny"]  # narrow saturates in all 3 seeds, wide in none
+    assert mod.verdict([f for f in fake if f["seed"] < 2]) == []  # 2 seeds are not enough
+    assert mod.verdict([dict(f, saturated=True) for f in fake]) == []  # the wide one too
