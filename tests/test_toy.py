@@ -204,3 +204,38 @@ def test_hub_publish_and_load_through_from_pretrained(lang, tmp_path):
         )
     with pytest.raises(ValueError, match="repo_id"):
         publish_revision(models["step0"], tokenizer, cache, "no-org", "step0")
+
+
+def test_sequential_windows_use_each_token_once_in_order():
+    """TrainSpec(windows="sequential") feeds window i = tokens[i*(T+1) : (i+1)*(T+1)]: fresh
+    data, never repeated (the saturation study's guard against overfitting)."""
+    spec = ToyModelSpec(hidden_size=16, vocab_size=62, seq_len=4)
+    train_spec = TrainSpec(max_steps=3, batch_size=2, windows="sequential")
+    tokens = np.arange(3 * 2 * 5, dtype=np.int32) % 60  # exactly max_steps x batch x (T + 1)
+    seen = []
+    import lmsat.toy as toy_module
+
+    original = toy_module.next_token_loss
+
+    def spy(model, windows):
+        seen.append(windows.clone())
+        return original(model, windows)
+
+    toy_module.next_token_loss = spy
+    try:
+        train_toy_model(tokens, spec, train_spec, [3], lambda step, model: None)
+    finally:
+        toy_module.next_token_loss = original
+    assert torch.equal(torch.cat(seen).reshape(-1), torch.as_tensor(tokens, dtype=torch.int64))
+    with pytest.raises(ValueError, match="sequential windows need"):
+        train_toy_model(tokens[:-1], spec, train_spec, [3], print)
+    with pytest.raises(ValueError, match="windows"):
+        TrainSpec(windows="shuffled")
+
+
+def test_tied_head_is_the_input_embedding_and_default_stays_untied():
+    assert ToyModelSpec(hidden_size=16, vocab_size=62).tied_head is False
+    assert TrainSpec().windows == "random"
+    model = build_model(ToyModelSpec(hidden_size=16, vocab_size=62, tied_head=True), seed=0)
+    assert model.config.tie_word_embeddings
+    assert model.get_input_embeddings().weight.data_ptr() == model.get_output_embeddings().weight.data_ptr()

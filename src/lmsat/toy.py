@@ -76,6 +76,7 @@ class ToyModelSpec:
     num_heads: int | None = None  # None -> max(1, d // 32) (Pythia-14m: d=128, 4 heads)
     seq_len: int = 64  # training context length (tokens)
     pad_multiple: int = 8  # head rows padded to a multiple of this, like Pythia's 50304
+    tied_head: bool = False  # head = input embedding (GPT-2, OPT); Pythia's is untied
 
     @property
     def padded_vocab_size(self) -> int:
@@ -105,7 +106,7 @@ class ToyModelSpec:
                 "partial_rotary_factor": 0.25,
             },
             use_parallel_residual=True,
-            tie_word_embeddings=False,
+            tie_word_embeddings=self.tied_head,
             hidden_dropout=0.0,
             attention_dropout=0.0,
             initializer_range=0.02,
@@ -126,6 +127,14 @@ class TrainSpec:
     weight_decay: float = 0.1  # on matrices only, not biases/LayerNorms (Pythia)
     grad_clip: float = 1.0  # global gradient-norm clip (Pythia)
     seed: int = 0  # model init and batch sampling
+    # "random": windows at random offsets (may overlap and repeat); "sequential": window i
+    # is tokens[i*(T+1) : (i+1)*(T+1)], each token used once, never repeated (an error if
+    # the corpus is shorter than max_steps * batch_size * (T + 1) tokens)
+    windows: str = "random"
+
+    def __post_init__(self):
+        if self.windows not in ("random", "sequential"):
+            raise ValueError(f"TrainSpec.windows={self.windows!r}: must be random or sequential")
 
     def peak_lr(self, hidden_size: int) -> float:
         return self.lr if self.lr is not None else default_lr(hidden_size)
@@ -183,7 +192,8 @@ def train_toy_model(
     """Train from scratch; call on_checkpoint(step, model) after `step` updates for each
     step in `schedule` (0 = the initialisation). Returns the log [{step, loss, lr}].
 
-    Batches are random windows of seq_len + 1 tokens. Same seed => bit-identical weights
+    Batches are windows of seq_len + 1 tokens, at random offsets or (train_spec.windows
+    "sequential") consecutive and never repeated. Same seed => bit-identical weights
     on the same machine and thread count.
     """
     tokens = torch.as_tensor(np.asarray(train_tokens, dtype=np.int64))  # (n,)
@@ -195,6 +205,12 @@ def train_toy_model(
     bad = [s for s in schedule if not 0 <= s <= train_spec.max_steps]
     if bad:
         raise ValueError(f"schedule: steps {bad} outside [0, max_steps={train_spec.max_steps}]")
+    needed = train_spec.max_steps * train_spec.batch_size * window
+    if train_spec.windows == "sequential" and len(tokens) < needed:
+        raise ValueError(
+            f"train_tokens: {len(tokens)} tokens, sequential windows need max_steps x "
+            f"batch_size x (seq_len + 1) = {needed} (or windows='random', which repeats data)"
+        )
     checkpoints = set(schedule)
     model = build_model(model_spec, train_spec.seed)
     optimizer = _optimizer(model, train_spec)
@@ -214,9 +230,12 @@ def train_toy_model(
         lr = train_spec.lr_at(step, model_spec.hidden_size)
         for group in optimizer.param_groups:
             group["lr"] = lr
-        starts = torch.as_tensor(
-            rng.integers(0, len(tokens) - window + 1, size=train_spec.batch_size)
-        )
+        if train_spec.windows == "sequential":
+            starts = (step * train_spec.batch_size + torch.arange(train_spec.batch_size)) * window
+        else:
+            starts = torch.as_tensor(
+                rng.integers(0, len(tokens) - window + 1, size=train_spec.batch_size)
+            )
         loss = next_token_loss(model, tokens[starts[:, None] + offsets])  # (B, T + 1) windows
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
