@@ -26,7 +26,6 @@ Training runs on ONE CPU thread (torch.set_num_threads(1)), as in the pipeline.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import math
 import time
