@@ -2,7 +2,7 @@
 
     python benchmarks/checkpoint_job.py --shape 1.4b --device cuda              # the issue's figure
     python benchmarks/checkpoint_job.py --shape 1.4b --device cuda --dtype float32
-    python benchmarks/checkpoint_job.py --shape 1.4b --device cpu --sequences 1 --seq-len 256 --compare-old
+    python benchmarks/checkpoint_job.py --shape 1.4b --device cpu --weights-only --compare-old
     python benchmarks/checkpoint_job.py --shape 14m --device cpu                # quick check
 
 Builds a random GPT-NeoX of the Pythia shape (N(0, 0.02) weights, layer norms 1), saves it
@@ -18,6 +18,8 @@ each in a fresh process:
           warm as for the job), one bare forward of the sample in the job's dtype (batches
           of batch_size, every position's logits as the model's forward gives them, no
           hidden states kept, synced), writing the cache's bytes.
+  weights the job's weight analyses alone, after their own load, synced after each metric
+          (which costs what); --weights-only runs just these (and old, with --compare-old).
   old     --compare-old: the weight analyses of commit d5aea3a (head_spectrum +
           attention_arrays on the float32 CPU model, today's code before this change), in a
           process importing that commit's lmsat (git archive), beside the job's weight
@@ -231,6 +233,7 @@ def child_job(checkpoint: str, out: str, sample: str, args) -> dict:
 def child_weights(checkpoint: str, args) -> dict:
     """The job's weight analyses (hashes resolved) on the job's device, from the job's load."""
     from concurrent.futures import ThreadPoolExecutor
+    from types import SimpleNamespace
 
     import torch
 
@@ -245,16 +248,19 @@ def child_weights(checkpoint: str, args) -> dict:
     lm = load_causal_lm(entry, Path(checkpoint).name, dtype="auto", device=args.device)
     sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
     sync()
-    start = time.perf_counter()
+    start, per_metric, analysed = time.perf_counter(), {}, {}
     with ThreadPoolExecutor(max_workers=2) as pool:
-        analysed = script.analyse_weights(lm, entry, "step0", ns.params, pool)
+        for metric in ns.params.weight_metrics:  # one at a time, synced: which one costs what
+            metric_start = time.perf_counter()
+            analysed |= script.analyse_weights(lm, entry, "step0", SimpleNamespace(**{**vars(ns.params), "weight_metrics": [metric]}), pool)
+            sync()
+            per_metric[metric] = time.perf_counter() - metric_start
         spectrum, arrays = analysed["spectra"], analysed["attention"]["arrays"]
-        sync()
         analyses = time.perf_counter() - start
         hashes = [spectrum[k].result() for k in ("head_sha256", "embedding_sha256")]
     total = time.perf_counter() - start
-    return dict(analyses=analyses, with_hashes=total, s1=float(spectrum["singular_values"][0]), hash=hashes[0][:12],
-                qk_s1=float(arrays["qk/singular_values"][0, 0, 0]))
+    return dict(analyses=analyses, with_hashes=total, per_metric=per_metric, s1=float(spectrum["singular_values"][0]),
+                hash=hashes[0][:12], qk_s1=float(arrays["qk/singular_values"][0, 0, 0]))
 
 
 def child_old_weights(checkpoint: str, args) -> dict:
@@ -349,7 +355,8 @@ def main() -> None:
     parser.add_argument("--sequences", type=int, help="sample sequences (default: config/pythia.yaml's 25)")
     parser.add_argument("--seq-len", type=int, default=2048)
     parser.add_argument("--compare-old", action="store_true", help=f"also time commit {OLD_COMMIT}'s weight analyses")
-    parser.add_argument("--only-compare", action="store_true", help="skip the job and its limit: --compare-old/--peers only")
+    parser.add_argument("--weights-only", action="store_true",
+                        help="skip the job and its limit: time the weight analyses alone, per metric (+ --compare-old)")
     parser.add_argument("--peers", action="store_true", help="also time WeightWatcher and IsoScore (if importable)")
     parser.add_argument("--workdir", type=Path, help="where checkpoints are built and kept (default: a temp dir)")
     parser.add_argument("--threads", type=int, default=os.cpu_count(),
@@ -400,9 +407,9 @@ def main() -> None:
     out = Path(tempfile.mkdtemp(prefix="job_", dir=workdir))
     child = lambda *a, **k: run_child(*a, "--args-json", shared, **k)  # noqa: E731
 
-    if args.only_compare:
+    if args.weights_only:
         args.peers = False  # the peers read the job's cache
-        return compare_old(args, child, checkpoint, workdir, env)
+        return time_weights(args, child, checkpoint, workdir, env)
     _, start_python = child("start", env=env)
     read = read_bytes(checkpoint / "model.safetensors")
     forward, _ = child("forward", str(checkpoint), env=env)
@@ -455,13 +462,18 @@ def main() -> None:
         else:
             print(f"  IsoScore: {peers['isoscore']}")
 
-    if args.compare_old:
-        compare_old(args, child, checkpoint, workdir, env)
+    time_weights(args, child, checkpoint, workdir, env)
 
 
-def compare_old(args, child, checkpoint: Path, workdir: Path, env: dict) -> None:
-    """Commit d5aea3a's weight analyses beside the job's, each in a fresh process after its load."""
+def time_weights(args, child, checkpoint: Path, workdir: Path, env: dict) -> None:
+    """The job's weight analyses alone, per metric; with --compare-old, commit d5aea3a's
+    beside them, each in a fresh process after its own load."""
     before, _ = child("weights", str(checkpoint), env=env)  # new before and after old: drift of a shared machine shows
+    per_metric = ", ".join(f"{name} {seconds:.2f} s" for name, seconds in before["per_metric"].items())
+    print(f"\nweight analyses alone on {args.device}, synced after each metric: {per_metric}; "
+          f"+ hash wait {before['with_hashes'] - before['analyses']:.2f} s")
+    if not args.compare_old:
+        return
     old_env = dict(env, PYTHONPATH=str(old_source(workdir)))
     old, _ = child("old", str(checkpoint), env=old_env)
     after, _ = child("weights", str(checkpoint), env=env)

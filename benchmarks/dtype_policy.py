@@ -20,6 +20,7 @@ bound on what trained weights, with larger activations, would show.
 from __future__ import annotations
 
 import argparse
+import copy
 import sys
 import tempfile
 import time
@@ -39,26 +40,20 @@ from lmsat.metrics import METRICS  # noqa: E402
 def toy_model_and_tokens(name: str, sequences: int, seq_len: int):
     from transformers import AutoModelForCausalLM
 
-    from lmsat.config import TOY_HUB_CACHE
+    from lmsat.config import toy_hub_cache
     from lmsat.models import load_tokenizer
 
-    hub = ROOT / TOY_HUB_CACHE
+    results = ROOT / "results" / "default"  # the default run (config/config.yaml)
+    hub = ROOT / toy_hub_cache(str(results.relative_to(ROOT)))
     refs = hub / f"models--lmsat-toy--{name}" / "refs"
     if not refs.exists():
-        raise SystemExit(f"{refs} missing: build it first, `snakemake --cores 1 results/toy/models/{name}.json`")
+        raise SystemExit(f"{refs} missing: build it first, `snakemake --cores 1 {results.relative_to(ROOT)}/toy/models/{name}.json`")
     revision = max((p.name for p in refs.iterdir()), key=lambda r: int(r.removeprefix("step")))
     model = AutoModelForCausalLM.from_pretrained(
         f"lmsat-toy/{name}", revision=revision, cache_dir=str(hub), local_files_only=True, dtype=torch.float32
     )
-    import os
-
-    cwd = os.getcwd()
-    os.chdir(ROOT)  # the toy tokenizer's path is relative to the repository
-    try:
-        tokenizer = load_tokenizer({"source": "toy"}, "toy")
-    finally:
-        os.chdir(cwd)
-    text = (ROOT / "results/corpora/synthetic/eval.txt").read_text()
+    tokenizer = load_tokenizer({"source": "toy", "id": str(results / "toy" / "tokenizer")}, "toy")
+    text = (results / "corpora" / "synthetic" / "eval.txt").read_text()
     ids = np.asarray(tokenizer(text[: 40 * sequences * seq_len])["input_ids"], dtype=np.int64)
     if ids.size < sequences * seq_len:
         raise SystemExit(f"eval text has only {ids.size} tokens; ask for fewer")
@@ -80,7 +75,8 @@ def pythia_model_and_tokens(shape: str, sequences: int, seq_len: int, workdir: P
 def run(model, tokens, dtype: str, device: str, directory: Path, settings: dict):
     torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"
     torch.backends.cudnn.allow_tf32 = dtype == "tf32"
-    model = model.to(device=device, dtype=torch.float32 if dtype == "tf32" else getattr(torch, dtype))
+    # a copy: casting in place would hand the next dtype weights rounded by this one
+    model = copy.deepcopy(model).to(device=device, dtype=torch.float32 if dtype == "tf32" else getattr(torch, dtype))
     path = directory / f"{dtype}.h5"
     config = ExtractionSettings(**settings, dtype="float32" if dtype == "tf32" else dtype, storage_dtype="float32")
     start = time.perf_counter()
