@@ -327,7 +327,11 @@ def write_bytes(n_bytes: int, directory: Path) -> float:
 
 
 def old_source(directory: Path) -> Path:
-    """Commit d5aea3a's src/ (git archive), for the --compare-old process."""
+    """Commit d5aea3a's src/ (git archive), for the --compare-old process; where the tree has
+    no git history (a GPU machine's copy), the one benchmarks/gpu_checks.sh wheels unpacked."""
+    carried = ROOT / ".whl" / f"lmsat-{OLD_COMMIT}" / "src"
+    if (carried / "lmsat").exists():
+        return carried
     target = directory / f"lmsat-{OLD_COMMIT}"
     if not (target / "src" / "lmsat").exists():
         target.mkdir(parents=True, exist_ok=True)

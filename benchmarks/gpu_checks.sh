@@ -4,7 +4,8 @@
 #
 #   bash benchmarks/gpu_checks.sh wheels   # HERE, once (needs PyPI): the wheels into .whl/
 #   bash benchmarks/gpu_checks.sh small    # THERE, carry .whl (~5 min): 1.4b shape in bfloat16
-#                                          #   (+ peers) and float32, dtype policy on the GPU
+#                                          #   (+ peers) and float32, dtype policy on the GPU,
+#                                          #   old vs new weight analyses on the host's CPUs
 #   bash benchmarks/gpu_checks.sh large    # THERE, carry .whl (~6 min): 12b shape, both dtypes
 #
 # Each part writes its reports to $OUT (the device tool brings them back; default
@@ -32,6 +33,8 @@ if [[ $PART == wheels ]]; then
         --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
         -d .whl jsonschema jsonschema-specifications referencing rpds-py \
         weightwatcher IsoScore powerlaw matplotlib-inline traitlets
+    # the old weight analyses (--compare-old): the copy sent to the GPU machine has no .git
+    mkdir -p .whl/lmsat-d5aea3a && git archive d5aea3a src | tar -x -C .whl/lmsat-d5aea3a
     exit
 fi
 
@@ -62,6 +65,9 @@ small)
     job "$SMALL" float32 "job-$SMALL-float32.txt"
     "$PYTHON" benchmarks/dtype_policy.py --device "$DEVICE" --pythia-shape "$SMALL" \
         --workdir "$WORKDIR" 2>&1 | tee "$OUT/dtype-policy-$SMALL.txt"
+    # the CPU target (old / new weight analyses >= 10x) on the host's cores, not a laptop's 2
+    "$PYTHON" benchmarks/checkpoint_job.py --shape "$SMALL" --device cpu --weights-only --compare-old \
+        --threads "$(nproc)" --workdir "$WORKDIR" 2>&1 | tee "$OUT/weights-cpu-$SMALL.txt"
     ;;
 large)
     job "$LARGE" bfloat16 "job-$LARGE-bfloat16.txt"
