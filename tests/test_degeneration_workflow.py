@@ -17,7 +17,7 @@ from lmsat.attention import attention_lowrank
 from lmsat.cache import ExtractionSettings, extract_to_cache, open_cache
 from lmsat.config import ConfigError, ModelEntry, load_plan
 from lmsat.corpus import read_sample, write_sample
-from lmsat.degeneration import head_spectrum, read_attention, read_spectrum, valid_head_rows, write_spectrum
+from lmsat.degeneration import RECORD_KEYS, head_spectrum, read_attention, read_spectrum, valid_head_rows, write_spectrum
 from lmsat.figures import degeneration as figures
 from lmsat.metrics import METRICS
 from lmsat.spectra import matrix_sha256, singular_entropy
@@ -192,6 +192,25 @@ def test_spectra_tables_flag_identical_heads(checkpoints, caplog):
     assert spectra.groupby("revision")["identical_weights"].first().to_dict() == entropy.set_index("revision")[
         "identical_weights"
     ].to_dict()
+
+
+def test_spectrum_curves_are_each_file_s_values_in_plan_order(checkpoints):
+    """Fig. 4's table, built from arrays, row for row as one frame per file would give it;
+    curves=False (the other two tables' jobs) skips it and leaves those tables unchanged."""
+    files, _, _ = checkpoints
+    paths = [files[r][0] for r in ("step9", "step0", "step5")]
+    spectra, entropy, identical = spectra_tables(paths, model_order=["tiny"])
+    expected = []
+    for revision in ("step0", "step5", "step9"):  # by step
+        s, attrs = read_spectrum(files[revision][0])
+        flagged = entropy.set_index("revision").loc[revision, "identical_weights"]
+        expected.append(pd.DataFrame({**{k: attrs[k] for k in RECORD_KEYS}, "index": np.arange(1, s.size + 1),
+                                      "singular_value": s, "normalised": s / s[0], "identical_weights": flagged}))
+    pd.testing.assert_frame_equal(spectra, pd.concat(expected, ignore_index=True))
+    none, entropy_only, identical_only = spectra_tables(paths, model_order=["tiny"], curves=False)
+    assert none is None
+    pd.testing.assert_frame_equal(entropy_only, entropy)
+    pd.testing.assert_frame_equal(identical_only, identical)
 
 
 def test_a_branch_serving_another_checkpoint_s_embedding_is_flagged(checkpoints, tmp_path, caplog):

@@ -78,7 +78,7 @@ def anisotropy_from_records(files, needed: dict, model_order: list[str] | None, 
 
 
 def spectra_from_files(files, needed: dict, model_order: list[str] | None, part: int) -> pd.DataFrame:
-    return spectra_tables(list(files), model_order)[part]
+    return spectra_tables(list(files), model_order, curves=part == 0)[part]
 
 
 def attention_from_files(files, needed: dict, model_order: list[str] | None) -> pd.DataFrame:
@@ -142,19 +142,21 @@ def anisotropy_tables(
 
 
 def spectra_tables(
-    paths: list, model_order: list[str] | None = None
-) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    paths: list, model_order: list[str] | None = None, curves: bool = True
+) -> tuple[pd.DataFrame | None, pd.DataFrame, pd.DataFrame]:
     """Tables of Fig. 4 (normalised spectra), Fig. 5 (singular entropy) and identical weights.
 
     Singular entropy KL(p || uniform) with p ~ sigma and with p ~ sigma^2 (both columns).
-    model_order: row order of the models (the plan's), by name when None.
+    model_order: row order of the models (the plan's), by name when None. curves=False skips
+    the Fig. 4 table (one row per singular value: millions at the paper's scale) -> None.
     """
     if not paths:
         raise ValueError("no spectra files to tabulate")
-    summary, curves = [], []
+    summary, values = [], {}
     for path in paths:
         s, attrs = read_spectrum(path)
         record = {k: attrs[k] for k in RECORD_KEYS}
+        values[record["model"], record["revision"]] = s
         summary.append(
             {
                 **record,
@@ -170,11 +172,6 @@ def spectra_tables(
                 "embedding_sha256": attrs.get("embedding_sha256", ""),  # "": a file from before it
             }
         )
-        curves.append(
-            pd.DataFrame(
-                {**record, "index": np.arange(1, s.size + 1), "singular_value": s, "normalised": s / s[0]}
-            )
-        )
     entropy = in_model_order(_flag_final(pd.DataFrame.from_records(summary)), model_order, ["step"])
     identical = identical_weights_table(entropy)
     flagged = identical.groupby(["model", "revision"], sort=False)["identical_to"].agg(
@@ -183,11 +180,24 @@ def spectra_tables(
     keys = pd.MultiIndex.from_frame(entropy[["model", "revision"]])
     entropy["identical_weights"] = keys.isin(flagged.index)
     entropy["identical_to"] = flagged.reindex(keys).fillna("").to_numpy()
-    spectra = pd.concat(curves, ignore_index=True).merge(
-        entropy[["model", "revision", "identical_weights"]], on=["model", "revision"]
+    return (_spectrum_curves(entropy, values) if curves else None), entropy, identical
+
+
+def _spectrum_curves(entropy: pd.DataFrame, values: dict) -> pd.DataFrame:
+    """Fig. 4's table: each checkpoint's singular values, in entropy's row order (models in
+    the plan's order, then by step) and by index; built from arrays, not per-file frames."""
+    spectra = [values[model, revision] for model, revision in zip(entropy["model"], entropy["revision"])]
+    sizes = [s.size for s in spectra]
+    columns = {k: np.repeat(entropy[k].to_numpy(), sizes) for k in RECORD_KEYS}
+    return pd.DataFrame(
+        {
+            **columns,
+            "index": np.concatenate([np.arange(1, n + 1) for n in sizes]),
+            "singular_value": np.concatenate(spectra),
+            "normalised": np.concatenate([s / s[0] for s in spectra]),
+            "identical_weights": np.repeat(entropy["identical_weights"].to_numpy(), sizes),
+        }
     )
-    spectra = in_model_order(spectra, model_order, ["step", "index"])
-    return spectra, entropy, identical
 
 
 IDENTICAL_COLUMNS = [
