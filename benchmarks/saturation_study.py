@@ -88,6 +88,8 @@ SETTINGS = {
     "conv-zipf2-wd1": {**CONV, "zipf": 2.0, "wd": 1.0},
     "conv-support8": {**CONV, "support": 8},
     "conv-steps3k": {**CONV, "steps": 3000},
+    # the longest run (41 M fresh tokens): does a model sitting at its floor drift uphill?
+    "conv-steps10k": {**CONV, "steps": 10000},
     # one knob at a time from the base language (256 words x 4 groups, rank 256)
     "base": {},
     # the recipe: longer training, larger/smaller steps, constant LR, more weight decay
