@@ -38,22 +38,25 @@ from lmsat.metrics import METRICS  # noqa: E402
 
 
 def toy_model_and_tokens(name: str, sequences: int, seq_len: int):
-    from transformers import AutoModelForCausalLM
+    """The default run's trained toy model `name` at its final revision, with the run's
+    tokenizer and eval text: located by the run's own plan, loaded by the job's loader."""
+    import os
 
-    from lmsat.config import toy_hub_cache
-    from lmsat.models import load_tokenizer
+    from lmsat.config import load_plan, load_yaml
+    from lmsat.models import ModelLoadError, load_causal_lm, load_tokenizer
 
-    results = ROOT / "results" / "default"  # the default run (config/config.yaml)
-    hub = ROOT / toy_hub_cache(str(results.relative_to(ROOT)))
-    refs = hub / f"models--lmsat-toy--{name}" / "refs"
-    if not refs.exists():
-        raise SystemExit(f"{refs} missing: build it first, `snakemake --cores 1 {results.relative_to(ROOT)}/toy/models/{name}.json`")
-    revision = max((p.name for p in refs.iterdir()), key=lambda r: int(r.removeprefix("step")))
-    model = AutoModelForCausalLM.from_pretrained(
-        f"lmsat-toy/{name}", revision=revision, cache_dir=str(hub), local_files_only=True, dtype=torch.float32
-    )
-    tokenizer = load_tokenizer({"source": "toy", "id": str(results / "toy" / "tokenizer")}, "toy")
-    text = (results / "corpora" / "synthetic" / "eval.txt").read_text()
+    os.chdir(ROOT)  # the plan's paths are relative to the repository
+    plan = load_plan(load_yaml("config/config.yaml"), "workflow/schemas/config.schema.yaml")
+    if name not in plan.models:
+        raise SystemExit(f"{name} is not a model of config/config.yaml: use one of {', '.join(plan.models)}")
+    entry, revision = plan.models[name], plan.models[name].revisions[-1]
+    try:
+        model = load_causal_lm(entry, revision, dtype="float32")
+    except ModelLoadError as error:
+        raise SystemExit(f"{error}\nbuild it first: `snakemake --cores 1 {entry.results}/toy/models/{name}.json`") from None
+    tokenizer = load_tokenizer(plan.config["tokenizers"][entry.tokenizer], entry.tokenizer)
+    corpus = plan.config["corpora"][plan.config["sample"]["corpus"]]
+    text = Path(corpus["files"][0]).read_text()
     ids = np.asarray(tokenizer(text[: 40 * sequences * seq_len])["input_ids"], dtype=np.int64)
     if ids.size < sequences * seq_len:
         raise SystemExit(f"eval text has only {ids.size} tokens; ask for fewer")
