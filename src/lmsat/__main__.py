@@ -1,0 +1,7 @@
+"""`python -m lmsat COMMAND ...` (see lmsat.cli)."""
+
+import sys
+
+from lmsat.cli import main
+
+sys.exit(main())
