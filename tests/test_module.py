@@ -19,7 +19,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import ROOT, small_toy_config
+from lmsat.config import load_yaml
+from lmsat.schema_doc import SchemaDocError, config_readme
+
+from conftest import ROOT, SCHEMA, small_toy_config
 
 MODULE = """
 module lmsat:
@@ -157,3 +160,40 @@ def test_a_deployed_module_runs_to_the_end_with_its_own_lmsat(tmp_path):
     assert len(loss) == 4 and set(loss["model"]) == {"toy-d16", "toy-d32"}
     assert (loss["lmsat_source_sha256"] == own.stdout.strip()).all()
     assert (loss["row_lmsat_source"] == own.stdout.strip()).all()
+
+
+# ------------------------------------------------------------ what the catalog shows
+
+
+def test_config_readme_is_the_one_the_schema_generates():
+    """config/README.md is generated from the schema (python -m lmsat.schema_doc); a schema
+    edit without regenerating it fails here."""
+    schema = load_yaml(SCHEMA)
+    assert (ROOT / "config" / "README.md").read_text() == config_readme(schema), (
+        "config/README.md is stale: python -m lmsat.schema_doc workflow/schemas/config.schema.yaml > config/README.md"
+    )
+    readme = config_readme(schema)
+    for key in schema["properties"]:
+        assert f"## `{key}`" in readme, key
+    for key in schema["properties"]["sample"]["properties"]:
+        assert f"| `sample.{key}` |" in readme, key
+    schema["properties"]["sample"]["properties"]["n_tokens"]["default"] = 123  # a real drift
+    assert "| `sample.n_tokens` | integer | `123` |" in config_readme(schema)
+
+
+def test_a_schema_key_without_a_description_is_refused():
+    schema = load_yaml(SCHEMA)
+    del schema["properties"]["sample"]["properties"]["seq_len"]["description"]
+    with pytest.raises(SchemaDocError, match="'sample.seq_len' has no description"):
+        config_readme(schema)
+    schema = load_yaml(SCHEMA)
+    del schema["$defs"]["model"]["properties"]["hidden_size"]["description"]
+    with pytest.raises(SchemaDocError, match="'hidden_size' has no description"):
+        config_readme(schema)
+
+
+def test_the_catalog_file_describes_the_standardized_usage():
+    catalog = load_yaml(ROOT / ".snakemake-workflow-catalog.yml")
+    usage = catalog["usage"]
+    assert usage["software-stack-deployment"]["conda"] is True and usage["report"] is True
+    assert (ROOT / "workflow" / "Snakefile").exists() and (ROOT / "config" / "README.md").exists()
