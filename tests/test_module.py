@@ -144,7 +144,8 @@ def test_a_deployed_module_runs_to_the_end_with_its_own_lmsat(tmp_path):
 
     assert sorted(p.name for p in (workdir / "results").iterdir()) == ["from_module"]
     assert sorted(p.name for p in (workdir / "logs").iterdir()) == ["from_module"]
-    assert not (ROOT / "results" / "from_module").exists()  # nothing written into the checkout
+    for directory in ("results", "logs", "benchmarks/out"):  # nothing written into the checkout
+        assert not (ROOT / directory / "from_module").exists(), directory
     tables = workdir / "results" / "from_module" / "tables"
     assert (tables / "loss.csv").exists() and (workdir / "results/from_module/report/summary.html").exists()
     assert not (tables / "anisotropy_training.csv").exists()  # not a planned metric
