@@ -1,13 +1,35 @@
 # The workflow's Python: config validation, model/revision/metric tables, input functions.
+import copy
 import csv
 import re
 import sys
 from dataclasses import asdict, replace
 from pathlib import Path
 
+from snakemake.exceptions import WorkflowError
+from snakemake.sourcecache import LocalSourceFile
+from snakemake.utils import update_config
+
+# This workflow's own files (src/, schema, captions) are found from this file, never from
+# workflow.basedir: as a `module` of another workflow, that is the deploying workflow's.
+if not isinstance(workflow.current_basedir, LocalSourceFile):
+    raise WorkflowError(
+        f"lmsat is deployed from {workflow.current_basedir}, which is not a local directory: "
+        "its jobs and planner import the lmsat library beside the workflow (src/), which a "
+        "remote module does not carry. Fix: clone the repository at the tag you want and "
+        "point the module at the clone's workflow/Snakefile (README: using lmsat inside "
+        "another workflow)."
+    )
+WORKFLOW_DIR = Path(workflow.current_basedir).resolve().parent  # <checkout>/workflow
+LMSAT_SRC = WORKFLOW_DIR.parent / "src"
 # Plan with the lmsat beside this workflow, as its jobs do (workflow/scripts/_lmsat_src.py),
-# whether or not (or whichever) lmsat is installed.
-sys.path.insert(0, str(Path(workflow.basedir) / "src"))
+# whether or not (or whichever) lmsat is installed or comes first on PYTHONPATH; one
+# imported before (by a deploying workflow) is forgotten here, not reused.
+sys.path[:] = [str(LMSAT_SRC)] + [p for p in sys.path if p != str(LMSAT_SRC)]
+for _name in [n for n in sys.modules if n == "lmsat" or n.startswith("lmsat.")]:
+    _file = getattr(sys.modules[_name], "__file__", None) or "."
+    if LMSAT_SRC not in Path(_file).resolve().parents:
+        del sys.modules[_name]
 
 from lmsat.bottleneck import head_ranks, head_train_fields, learning_rates, set_corpora
 from lmsat.config import (
@@ -24,26 +46,38 @@ from lmsat.headcache import shard_count
 from lmsat.figures import FIGURES
 from lmsat.metrics import METRICS, table_metric
 from lmsat.staging import needs_staging_corpus, needs_staging_tokenizer
-from snakemake.utils import update_config
 
-# `configfile:` in the Snakefile would be merged under any --configfile, so the paper's
-# config would also plan the toy suite; a --configfile replaces the default instead.
-# Every config file is read again with lmsat's strict loader: a key given twice is an
-# error naming file, key and lines (Snakemake's loader silently keeps the last).
-chosen = {}
-for path in workflow.overwrite_configfiles or workflow.configfiles:
-    update_config(chosen, load_yaml(path))
-update_config(chosen, workflow.config_settings.overwrite_config)
-config.clear()
-config.update(chosen)
+if Path(sys.modules["lmsat"].__file__ or ".").resolve().parent != LMSAT_SRC / "lmsat":
+    raise WorkflowError(  # e.g. an import hook of the environment handed out another one
+        f"lmsat was imported from {sys.modules['lmsat'].__file__}, not from this "
+        f"workflow's {LMSAT_SRC}; fix: remove what installs that import hook"
+    )
+
+# Every config file Snakemake read is read again with lmsat's strict loader: a key given
+# twice is an error naming file, key and lines (Snakemake's loader silently keeps the last).
+READ_CONFIGS = {
+    str(path): load_yaml(path)
+    for path in [*workflow.overwrite_configfiles, *workflow.configfiles]
+}
+if not workflow.modifier.is_main_snakefile():
+    # A module plans the config its `module` statement passes (`config: config`, or any
+    # dict), as given: never re-read from the deploying workflow's files, never changed.
+    chosen = copy.deepcopy(config)
+else:
+    # `configfile:` in the Snakefile would be merged under any --configfile, so the paper's
+    # config would also plan the toy suite; a --configfile replaces the default instead.
+    chosen = {}
+    for path in workflow.overwrite_configfiles or workflow.configfiles:
+        update_config(chosen, READ_CONFIGS[str(path)])
+    update_config(chosen, workflow.config_settings.overwrite_config)
+    config.clear()
+    config.update(chosen)
 
 # Validated once, at DAG time, with errors naming the key and the fix; no hub is reached.
 # An unnamed run is named after its config file (config/pythia.yaml -> results/pythia).
-SCHEMA = load_yaml(
-    Path(workflow.current_basedir).parent / "schemas" / "config.schema.yaml"
-)
+SCHEMA = load_yaml(WORKFLOW_DIR / "schemas" / "config.schema.yaml")
 PLAN = load_plan(
-    config,
+    chosen,
     SCHEMA,
     default_run=(
         Path(workflow.overwrite_configfiles[-1]).stem
@@ -57,8 +91,12 @@ RUN = PLAN.run
 # retries) from the validated config, never through params: raising mem_mb after an OOM
 # or changing the device must not rerun a finished job. RESULT_CONFIG is what may reach
 # params, and its hash is recorded in every table.
-config.clear()
-config.update(CONFIG)
+if not workflow.modifier.is_main_snakefile():
+    # this module's own: the dict the deploying workflow passed stays as it was
+    config = copy.deepcopy(CONFIG)
+else:
+    config.clear()
+    config.update(CONFIG)
 RESULT_CONFIG = result_config(CONFIG, SCHEMA)
 CONFIG_SHA256 = config_sha256(RESULT_CONFIG)
 MODELS = PLAN.models
@@ -666,7 +704,7 @@ REPORT_SECTIONS = dict(
     sorted(_SECTIONS.items(), key=lambda item: _CATEGORIES.index(item[1][0]))
 )
 SUMMARY_HTML = f"results/{RUN}/report/summary.html"
-CAPTIONS = Path(workflow.current_basedir).parent / "report"
+CAPTIONS = WORKFLOW_DIR / "report"
 SECTION_OF_FIGURE = {
     stem: target
     for target, (_, _, stems, _) in REPORT_SECTIONS.items()
