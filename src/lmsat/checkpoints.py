@@ -1,0 +1,278 @@
+"""Refuse a checkpoint whose files do not hold exactly what its config.json describes.
+
+transformers loads a checkpoint whatever it holds: a tensor missing from the file is
+initialised at random, a `num_hidden_layers` lower than the file's depth drops the extra
+blocks, an int8 or float16 tensor in a float32 checkpoint is cast, and only a warning on
+stderr (its load report) says so. lmsat.models.load_causal_lm calls, in this order:
+
+    check_weight_files(model, revision)          # before from_pretrained: the files themselves
+    with transformers_log_to_job_log(): ...      # the load report into the job's log
+    check_load_report(loading_info, model, revision)
+    check_stored_dtypes(lm, model, revision)
+    check_finite(lm, model, revision)
+
+Each raises a ModelLoadError naming model, revision, the file or tensors, and the fix.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import re
+from pathlib import Path
+
+from lmsat.config import ModelEntry
+
+log = logging.getLogger(__name__)
+
+INDEX = "model.safetensors.index.json"
+SINGLE = "model.safetensors"
+FLOATING = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16",
+            "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2"}
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_SHOWN = 8  # keys quoted in a message; the rest are counted
+
+
+class ModelLoadError(RuntimeError):
+    """A checkpoint or tokenizer could not be loaded; the message names model and revision."""
+
+
+def checkpoint_dir(model: ModelEntry, revision: str) -> Path | None:
+    """The directory holding `revision`'s files (a local revision, or its hub-cache snapshot);
+    None when it cannot be found (from_pretrained then reports it)."""
+    from lmsat import hub
+
+    if model.source == "local":
+        return Path(model.id) / revision
+    cache_dir = model.cache_dir(revision)
+    try:
+        return hub.snapshot_path(cache_dir, model.id, revision)
+    except (hub.RevisionNotFoundError, ValueError):
+        by_commit = hub.repo_dir(cache_dir, model.id) / "snapshots" / revision  # a commit hash as revision
+        return by_commit if by_commit.is_dir() else None
+
+
+def refetch_fix(model: ModelEntry, revision: str) -> str:
+    """How to replace a broken checkpoint, by source."""
+    if model.source == "hub":
+        return f"delete {model.cache_dir(revision)} and rerun: rule fetch_checkpoint fetches it again"
+    if model.source == "toy":
+        return f"delete the toy model's hub cache {model.cache_dir(revision)} and rerun: rule train_toy_model rebuilds it"
+    return f"replace {Path(model.id) / revision} with a complete save_pretrained() copy of the checkpoint"
+
+
+def _where(model: ModelEntry, revision: str) -> str:
+    return f"model {model.name} ({model.id}) at revision {revision}"
+
+
+def _quote(keys) -> str:
+    keys = sorted(map(str, keys))
+    more = f" and {len(keys) - _SHOWN} more" if len(keys) > _SHOWN else ""
+    return ", ".join(keys[:_SHOWN]) + more
+
+
+def _header(path: Path, model: ModelEntry, revision: str) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """{tensor: (safetensors dtype, shape)} from the file's header; ModelLoadError if the file
+    is truncated or no safetensors file (safetensors checks that the header covers it all)."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as handle:
+            return {key: (handle.get_slice(key).get_dtype(), tuple(handle.get_slice(key).get_shape())) for key in handle.keys()}
+    except (SafetensorError, OSError) as error:
+        raise ModelLoadError(
+            f"{_where(model, revision)}: weight file {path} is truncated or not a safetensors file ({error}). "
+            f"Fix: {refetch_fix(model, revision)}"
+        ) from None
+
+
+def stored_tensors(model: ModelEntry, revision: str) -> dict[str, tuple[str, tuple[int, ...]]] | None:
+    """{tensor: (dtype, shape)} of the checkpoint's safetensors files, after checking that
+    each file is whole and, for a sharded checkpoint, that every shard its index lists is
+    there and holds exactly the tensors the index assigns to it. None: no safetensors
+    files to read (pickle weights, allowed by allow_pickle, or no directory)."""
+    directory = checkpoint_dir(model, revision)
+    if directory is None or not directory.is_dir():
+        return None
+    fix = refetch_fix(model, revision)
+    if (directory / INDEX).is_file():
+        index_path = directory / INDEX
+        try:
+            weight_map = json.loads(index_path.read_text())["weight_map"]
+            if not isinstance(weight_map, dict):
+                raise TypeError("weight_map is not a mapping")
+        except (ValueError, KeyError, TypeError) as error:
+            raise ModelLoadError(f"{_where(model, revision)}: {index_path} is unreadable ({error}). Fix: {fix}") from None
+        shards: dict[str, set[str]] = {}
+        for key, shard in weight_map.items():
+            shards.setdefault(shard, set()).add(key)
+        missing = [shard for shard in shards if not (directory / shard).is_file()]
+        if missing:
+            raise ModelLoadError(
+                f"{_where(model, revision)}: {index_path} lists shard(s) {_quote(missing)}, not in {directory}. Fix: {fix}"
+            )
+        stored = {}
+        for shard, listed in shards.items():
+            header = _header(directory / shard, model, revision)
+            if set(header) != listed:
+                raise ModelLoadError(
+                    f"{_where(model, revision)}: shard {directory / shard} does not hold the tensors {index_path} "
+                    f"assigns to it (only in the index: {_quote(listed - set(header)) or 'none'}; only in the shard: "
+                    f"{_quote(set(header) - listed) or 'none'}). Fix: {fix}"
+                )
+            stored.update(header)
+        return stored
+    if (directory / SINGLE).is_file():
+        return _header(directory / SINGLE, model, revision)
+    shards = sorted(p.name for p in directory.glob("*.safetensors"))
+    if shards:  # from_pretrained would look for model.safetensors only and say "no file named"
+        raise ModelLoadError(
+            f"{_where(model, revision)}: {directory} holds safetensors shard(s) {_quote(shards)} but neither "
+            f"{SINGLE} nor the {INDEX} that says which tensor is where. Fix: {fix}"
+        )
+    return None
+
+
+def check_weight_files(model: ModelEntry, revision: str) -> dict | None:
+    """stored_tensors, logged; the ModelLoadErrors come from there."""
+    stored = stored_tensors(model, revision)
+    if stored is not None:
+        log.info("%s: %d tensors in its safetensors files", _where(model, revision), len(stored))
+    return stored
+
+
+class _StripAnsi(logging.Filter):
+    """The load report's colour codes, removed (the job's log is a text file)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if "\x1b[" in message:
+            record.msg, record.args = _ANSI.sub("", message), None
+        return True
+
+
+@contextlib.contextmanager
+def transformers_log_to_job_log():
+    """transformers' own messages (its load report above all) go through the root logger's
+    handlers, i.e. into the job's log file as well as stderr (lmsat.io.setup_logging),
+    instead of only to transformers' private stderr handler."""
+    library = logging.getLogger("transformers")
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.get_logger("transformers")  # let transformers configure it first, then override
+    handlers, propagate = list(library.handlers), library.propagate
+    strip, root = _StripAnsi(), logging.getLogger().handlers
+    for handler in handlers:
+        library.removeHandler(handler)
+    library.propagate = True
+    for handler in root:
+        handler.addFilter(strip)
+    try:
+        yield
+    finally:
+        for handler in root:
+            handler.removeFilter(strip)
+        library.propagate = propagate
+        for handler in handlers:
+            library.addHandler(handler)
+
+
+def check_load_report(loading_info: dict, model: ModelEntry, revision: str) -> None:
+    """ModelLoadError unless transformers' load report (output_loading_info=True) is clean:
+    no key missing from the checkpoint (it would be initialised at random), none unexpected
+    (a config.json shallower or narrower than its weights), none of another shape, no error.
+    Keys the architecture declares ignorable (old attention-mask buffers, a tied head) are
+    not reported by transformers."""
+    problems = {
+        "missing from the checkpoint (transformers would initialise them at random)": loading_info.get("missing_keys"),
+        "in the checkpoint but not in the model its config.json describes": loading_info.get("unexpected_keys"),
+        "of another shape than config.json implies": [
+            f"{key} (stored {tuple(stored)}, config {tuple(wanted)})" for key, stored, wanted in (loading_info.get("mismatched_keys") or ())
+        ],
+        "not loadable": loading_info.get("error_msgs"),
+    }
+    found = {what: keys for what, keys in problems.items() if keys}
+    summary = "; ".join(f"{len(keys)} tensor(s) {what}: {_quote(keys)}" for what, keys in found.items())
+    log.info("%s: load report %s", _where(model, revision), summary or "clean (no missing, unexpected or mismatched keys)")
+    if found:
+        raise ModelLoadError(
+            f"{_where(model, revision)} does not match its config.json: {summary}. Fix: its config.json "
+            f"(num_hidden_layers, hidden_size, vocab_size, ...) must describe its weights; if the weights are "
+            f"the broken part, {refetch_fix(model, revision)}"
+        )
+
+
+def _ignored_on_load(lm) -> list[re.Pattern]:
+    """Patterns of stored keys the architecture drops on load (e.g. GPT-NeoX's old
+    `attention.bias` / `attention.masked_bias` buffers): they are not loaded, so not checked."""
+    return [re.compile(p) for p in (getattr(lm, "_keys_to_ignore_on_load_unexpected", None) or [])]
+
+
+def check_stored_dtypes(lm, stored: dict | None, model: ModelEntry, revision: str) -> None:
+    """ModelLoadError unless every loaded tensor is stored in one floating dtype, the one
+    config.json states (when it states one): transformers casts silently, so an int8 or a
+    float16 tensor in a float32 checkpoint would be analysed as if it were the real one."""
+    if not stored:
+        return
+    ignored = _ignored_on_load(lm)
+    loaded = {key: dtype for key, (dtype, _) in stored.items() if not any(p.search(key) for p in ignored)}
+    not_floating = sorted(key for key, dtype in loaded.items() if dtype not in FLOATING)
+    fix = refetch_fix(model, revision)
+    if not_floating:
+        raise ModelLoadError(
+            f"{_where(model, revision)}: tensor(s) {_quote(f'{k} ({loaded[k]})' for k in not_floating)} are not "
+            f"stored as floating point; transformers would cast them to weights. Fix: {fix}"
+        )
+    by_dtype: dict[str, list[str]] = {}
+    for key, dtype in loaded.items():
+        by_dtype.setdefault(FLOATING[dtype], []).append(key)
+    stated = _stated_dtype(model, revision)
+    majority = max(by_dtype, key=lambda d: len(by_dtype[d]))
+    if len(by_dtype) > 1:
+        odd = [f"{key} ({dtype})" for dtype, keys in by_dtype.items() if dtype != majority for key in keys]
+        raise ModelLoadError(
+            f"{_where(model, revision)}: its tensors are stored in {len(by_dtype)} dtypes ({', '.join(sorted(by_dtype))}); "
+            f"the odd one(s) out, against {len(by_dtype[majority])} in {majority}: {_quote(odd)}. "
+            f"Fix: {fix} (or re-save it in one dtype)"
+        )
+    if stated and stated != majority:
+        raise ModelLoadError(
+            f"{_where(model, revision)}: its tensors are stored in {majority}, but its config.json states dtype "
+            f"{stated}, which loading with dtype 'auto' would cast them to. Fix: set \"dtype\" in its config.json "
+            f"to \"{majority}\", or {fix}"
+        )
+
+
+def _stated_dtype(model: ModelEntry, revision: str) -> str | None:
+    """The dtype config.json states (`dtype`, or `torch_dtype` in older files), or None."""
+    directory = checkpoint_dir(model, revision)
+    try:
+        config = json.loads((directory / "config.json").read_text()) if directory else {}
+    except (OSError, ValueError):
+        return None
+    for source in (config.get("text_config") or {}, config):
+        value = source.get("dtype") or source.get("torch_dtype")
+        if isinstance(value, str):
+            return value.removeprefix("torch.")
+    return None
+
+
+def check_finite(lm, model: ModelEntry, revision: str) -> None:
+    """ModelLoadError naming the first tensor (parameter or buffer) holding NaN/Inf; one
+    pass over the weights on their device, one host sync."""
+    import torch
+
+    named = [(n, t) for n, t in (*lm.named_parameters(), *lm.named_buffers()) if t.is_floating_point()]
+    if not named:
+        return
+    flags = torch.stack([torch.isfinite(t).all() for _, t in named])
+    if bool(flags.all()):
+        return
+    name, tensor = named[int((~flags).nonzero()[0, 0])]
+    count = int((~torch.isfinite(tensor)).sum())
+    first = tuple(int(i) for i in (~torch.isfinite(tensor)).nonzero()[0])
+    raise ModelLoadError(
+        f"{_where(model, revision)}: tensor {name} {tuple(tensor.shape)} holds {count} NaN/Inf value(s) "
+        f"(first at index {first}): the checkpoint is broken. Fix: {refetch_fix(model, revision)}"
+    )
