@@ -362,7 +362,7 @@ def test_a_broken_hub_cache_snapshot_names_its_file_and_the_refetch(tiny_neox, t
         load_causal_lm(model, REVISION)
     message = str(info.value)
     assert f"model tiny (org/tiny) at revision {REVISION}: weight file {snapshot / WEIGHTS} is truncated" in message
-    assert f"Fix: delete {results}/weights/tiny/{REVISION} and rerun: rule fetch_checkpoint fetches it again" in message
+    assert f"Fix: delete {results}/weights/tiny/{REVISION} and rerun: the workflow fetches it again" in message
 
 
 # ------------------------------------------------------------------ 6. planning refusals
@@ -468,3 +468,19 @@ def test_a_sample_of_fewer_than_two_sequences_is_refused(default_config, n_token
 def test_a_sample_of_two_sequences_is_planned(default_config):
     default_config["sample"].update(n_tokens=65, seq_len=64)  # rounded up to 2 sequences
     plan(default_config)
+
+
+def test_table_1s_evaluation_refuses_a_checkpoint_that_does_not_match_its_config(saved, tmp_path):
+    """Rule evaluate_checkpoint loads through lm-eval's path (lmsat.evaluation.run_lmeval):
+    a deleted tensor is refused there too, by name, before any task is scored."""
+    from conftest import word_tokenizer
+    from lmsat.evaluation import run_lmeval, write_offline_tasks
+
+    words = [f"w{i}" for i in range(30)]
+    word_tokenizer(words).save_pretrained(str(saved))
+    write_offline_tasks(tmp_path / "tasks", [" ".join(words[i: i + 6]) for i in range(12)], n_docs=4, n_choices=2, seed=0)
+    edit_tensors(saved, lambda t: t.pop("gpt_neox.layers.0.attention.dense.bias"))
+    with pytest.raises(ValueError, match=r"does not match its config.json: 1 tensor\(s\) missing from the checkpoint "
+                                         r".*gpt_neox.layers.0.attention.dense.bias.*Fix: its config.json"):
+        run_lmeval(str(saved), "main", ["synthetic_mc"], batch_size=4, limit=None, device="cpu",
+                   local_files_only=True, include_path=[str(tmp_path / "tasks")])

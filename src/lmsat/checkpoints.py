@@ -38,14 +38,14 @@ class ModelLoadError(RuntimeError):
     """A checkpoint or tokenizer could not be loaded; the message names model and revision."""
 
 
-def checkpoint_dir(model: ModelEntry, revision: str) -> Path | None:
-    """The directory holding `revision`'s files (a local revision, or its hub-cache snapshot);
-    None when it cannot be found (from_pretrained then reports it)."""
+def checkpoint_dir(model: ModelEntry, revision: str, cache_dir: str | None = None) -> Path | None:
+    """The directory holding `revision`'s files (a local revision, or its snapshot in the hub
+    cache, `cache_dir` if given); None when it cannot be found (from_pretrained reports it)."""
     from lmsat import hub
 
     if model.source == "local":
         return Path(model.id) / revision
-    cache_dir = model.cache_dir(revision)
+    cache_dir = cache_dir or model.cache_dir(revision)
     try:
         return hub.snapshot_path(cache_dir, model.id, revision)
     except (hub.RevisionNotFoundError, ValueError):
@@ -53,10 +53,10 @@ def checkpoint_dir(model: ModelEntry, revision: str) -> Path | None:
         return by_commit if by_commit.is_dir() else None
 
 
-def refetch_fix(model: ModelEntry, revision: str) -> str:
+def refetch_fix(model: ModelEntry, revision: str, cache_dir: str | None = None) -> str:
     """How to replace a broken checkpoint, by source."""
     if model.source == "hub":
-        return f"delete {model.cache_dir(revision)} and rerun: rule fetch_checkpoint fetches it again"
+        return f"delete {cache_dir or model.cache_dir(revision)} and rerun: the workflow fetches it again"
     if model.source == "toy":
         return f"delete the toy model's hub cache {model.cache_dir(revision)} and rerun: rule train_toy_model rebuilds it"
     return f"replace {Path(model.id) / revision} with a complete save_pretrained() copy of the checkpoint"
@@ -72,7 +72,7 @@ def _quote(keys) -> str:
     return ", ".join(keys[:_SHOWN]) + more
 
 
-def _header(path: Path, model: ModelEntry, revision: str) -> dict[str, tuple[str, tuple[int, ...]]]:
+def _header(path: Path, model: ModelEntry, revision: str, fix: str) -> dict[str, tuple[str, tuple[int, ...]]]:
     """{tensor: (safetensors dtype, shape)} from the file's header; ModelLoadError if the file
     is truncated or no safetensors file (safetensors checks that the header covers it all)."""
     from safetensors import SafetensorError, safe_open
@@ -83,19 +83,19 @@ def _header(path: Path, model: ModelEntry, revision: str) -> dict[str, tuple[str
     except (SafetensorError, OSError) as error:
         raise ModelLoadError(
             f"{_where(model, revision)}: weight file {path} is truncated or not a safetensors file ({error}). "
-            f"Fix: {refetch_fix(model, revision)}"
+            f"Fix: {fix}"
         ) from None
 
 
-def stored_tensors(model: ModelEntry, revision: str) -> dict[str, tuple[str, tuple[int, ...]]] | None:
+def stored_tensors(model: ModelEntry, revision: str, cache_dir: str | None = None) -> dict | None:
     """{tensor: (dtype, shape)} of the checkpoint's safetensors files, after checking that
     each file is whole and, for a sharded checkpoint, that every shard its index lists is
     there and holds exactly the tensors the index assigns to it. None: no safetensors
     files to read (pickle weights, allowed by allow_pickle, or no directory)."""
-    directory = checkpoint_dir(model, revision)
+    directory = checkpoint_dir(model, revision, cache_dir)
     if directory is None or not directory.is_dir():
         return None
-    fix = refetch_fix(model, revision)
+    fix = refetch_fix(model, revision, cache_dir)
     if (directory / INDEX).is_file():
         index_path = directory / INDEX
         try:
@@ -114,7 +114,7 @@ def stored_tensors(model: ModelEntry, revision: str) -> dict[str, tuple[str, tup
             )
         stored = {}
         for shard, listed in shards.items():
-            header = _header(directory / shard, model, revision)
+            header = _header(directory / shard, model, revision, fix)
             if set(header) != listed:
                 raise ModelLoadError(
                     f"{_where(model, revision)}: shard {directory / shard} does not hold the tensors {index_path} "
@@ -124,7 +124,7 @@ def stored_tensors(model: ModelEntry, revision: str) -> dict[str, tuple[str, tup
             stored.update(header)
         return stored
     if (directory / SINGLE).is_file():
-        return _header(directory / SINGLE, model, revision)
+        return _header(directory / SINGLE, model, revision, fix)
     shards = sorted(p.name for p in directory.glob("*.safetensors"))
     if shards:  # from_pretrained would look for model.safetensors only and say "no file named"
         raise ModelLoadError(
@@ -134,9 +134,9 @@ def stored_tensors(model: ModelEntry, revision: str) -> dict[str, tuple[str, tup
     return None
 
 
-def check_weight_files(model: ModelEntry, revision: str) -> dict | None:
-    """stored_tensors, logged; the ModelLoadErrors come from there."""
-    stored = stored_tensors(model, revision)
+def check_weight_files(model: ModelEntry, revision: str, cache_dir: str | None = None) -> dict | None:
+    """stored_tensors ({tensor: (dtype, shape)}, or None), logged; the ModelLoadErrors come from there."""
+    stored = stored_tensors(model, revision, cache_dir)
     if stored is not None:
         log.info("%s: %d tensors in its safetensors files", _where(model, revision), len(stored))
     return stored
@@ -178,28 +178,35 @@ def transformers_log_to_job_log():
             library.addHandler(handler)
 
 
-def check_load_report(loading_info: dict, model: ModelEntry, revision: str) -> None:
-    """ModelLoadError unless transformers' load report (output_loading_info=True) is clean:
-    no key missing from the checkpoint (it would be initialised at random), none unexpected
-    (a config.json shallower or narrower than its weights), none of another shape, no error.
-    Keys the architecture declares ignorable (old attention-mask buffers, a tied head) are
-    not reported by transformers."""
+def load_report_problems(loading_info: dict) -> str:
+    """What transformers' load report (output_loading_info=True) found, as one sentence;
+    "" when clean: no key missing from the checkpoint (it would be initialised at random),
+    none unexpected (a config.json shallower or narrower than its weights), none of another
+    shape, no error. Keys the architecture declares ignorable (old attention-mask buffers,
+    a tied head) are not reported by transformers."""
+    mismatched = loading_info.get("mismatched_keys") or ()
     problems = {
         "missing from the checkpoint (transformers would initialise them at random)": loading_info.get("missing_keys"),
         "in the checkpoint but not in the model its config.json describes": loading_info.get("unexpected_keys"),
         "of another shape than config.json implies": [
-            f"{key} (stored {tuple(stored)}, config {tuple(wanted)})" for key, stored, wanted in (loading_info.get("mismatched_keys") or ())
+            f"{key} (stored {tuple(stored)}, config {tuple(wanted)})" for key, stored, wanted in mismatched
         ],
         "not loadable": loading_info.get("error_msgs"),
     }
-    found = {what: keys for what, keys in problems.items() if keys}
-    summary = "; ".join(f"{len(keys)} tensor(s) {what}: {_quote(keys)}" for what, keys in found.items())
+    return "; ".join(f"{len(keys)} tensor(s) {what}: {_quote(keys)}" for what, keys in problems.items() if keys)
+
+
+CONFIG_FIX = "its config.json (num_hidden_layers, hidden_size, vocab_size, ...) must describe its weights"
+
+
+def check_load_report(loading_info: dict, model: ModelEntry, revision: str) -> None:
+    """ModelLoadError unless the load report is clean (load_report_problems); logged either way."""
+    summary = load_report_problems(loading_info)
     log.info("%s: load report %s", _where(model, revision), summary or "clean (no missing, unexpected or mismatched keys)")
-    if found:
+    if summary:
         raise ModelLoadError(
-            f"{_where(model, revision)} does not match its config.json: {summary}. Fix: its config.json "
-            f"(num_hidden_layers, hidden_size, vocab_size, ...) must describe its weights; if the weights are "
-            f"the broken part, {refetch_fix(model, revision)}"
+            f"{_where(model, revision)} does not match its config.json: {summary}. Fix: {CONFIG_FIX}; "
+            f"if the weights are the broken part, {refetch_fix(model, revision)}"
         )
 
 
