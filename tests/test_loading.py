@@ -461,7 +461,7 @@ def test_a_sample_of_fewer_than_two_sequences_is_refused(default_config, n_token
     if n_tokens >= 2 * seq_len:
         plan(default_config)
         return
-    plan_refused(default_config, "sample.n_tokens", f"make 1 sequence of sample.seq_len={seq_len}",
+    plan_refused(default_config, "sample.n_tokens", f"make 1 sequence(s) of sample.seq_len={seq_len}",
                  f"at least {2 * seq_len}")
 
 

@@ -737,7 +737,7 @@ def _refuse_tiny_sample(sample: dict) -> None:
     if n_seq < MIN_SAMPLE_SEQUENCES:
         raise ConfigError(
             "sample.n_tokens",
-            f"{sample['n_tokens']} tokens make {n_seq} sequence of sample.seq_len={sample['seq_len']} tokens; "
+            f"{sample['n_tokens']} token(s) make {n_seq} sequence(s) of sample.seq_len={sample['seq_len']} tokens; "
             f"a standard error needs at least {MIN_SAMPLE_SEQUENCES}",
             f"set sample.n_tokens to at least {MIN_SAMPLE_SEQUENCES * sample['seq_len']} (or lower sample.seq_len)",
         )
