@@ -334,14 +334,16 @@ def test_a_tied_head_absent_from_the_file_loads(tiny_neox, tmp_path):
 
 
 def test_old_gpt_neox_buffers_are_ignored_as_transformers_ignores_them(tiny_neox, tmp_path):
-    """Pythia's checkpoints hold attention.bias (bool) and attention.masked_bias (-1e9, -inf
-    once in float16): the architecture drops them on load, so neither dtype nor finiteness counts."""
+    """Pythia's checkpoints hold attention.bias (bool), attention.masked_bias (-1e9, -inf once
+    in float16) and per-layer rotary frequencies: transformers drops them on load, so neither
+    their dtype nor their finiteness counts."""
     copy.deepcopy(tiny_neox).half().save_pretrained(tmp_path / REVISION)
 
     def old_buffers(tensors):
         for layer in range(2):
             tensors[f"gpt_neox.layers.{layer}.attention.bias"] = torch.ones(1, 1, 64, 64, dtype=torch.bool)
             tensors[f"gpt_neox.layers.{layer}.attention.masked_bias"] = torch.tensor(-1e9).half()  # -inf
+            tensors[f"gpt_neox.layers.{layer}.attention.rotary_emb.inv_freq"] = torch.ones(2)  # float32
 
     edit_tensors(tmp_path / REVISION, old_buffers)
     lm = load_causal_lm(entry(tmp_path), REVISION, dtype="auto")

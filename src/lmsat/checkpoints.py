@@ -8,7 +8,7 @@ stderr (its load report) says so. lmsat.models.load_causal_lm calls, in this ord
     check_weight_files(model, revision)          # before from_pretrained: the files themselves
     with transformers_log_to_job_log(): ...      # the load report into the job's log
     check_load_report(loading_info, model, revision)
-    check_stored_dtypes(lm, model, revision)
+    check_stored_dtypes(lm, stored, model, revision)
     check_finite(lm, model, revision)
 
 Each raises a ModelLoadError naming model, revision, the file or tensors, and the fix.
@@ -210,10 +210,17 @@ def check_load_report(loading_info: dict, model: ModelEntry, revision: str) -> N
         )
 
 
+# Buffers of old checkpoints that transformers drops on load for every architecture
+# (modeling_utils' _adjust_missing_and_unexpected_keys): per-layer rotary frequencies, and
+# position ids (int64), now recomputed.
+DROPPED_ON_LOAD = (r"rotary_emb\.inv_freq", r"(^|\.)position_ids$")
+
+
 def _ignored_on_load(lm) -> list[re.Pattern]:
-    """Patterns of stored keys the architecture drops on load (e.g. GPT-NeoX's old
-    `attention.bias` / `attention.masked_bias` buffers): they are not loaded, so not checked."""
-    return [re.compile(p) for p in (getattr(lm, "_keys_to_ignore_on_load_unexpected", None) or [])]
+    """Patterns of stored keys that are not loaded, so not checked: those above, and those the
+    architecture declares (GPT-NeoX: the old `attention.bias` / `attention.masked_bias` masks)."""
+    declared = getattr(lm, "_keys_to_ignore_on_load_unexpected", None) or []
+    return [re.compile(p) for p in (*DROPPED_ON_LOAD, *declared)]
 
 
 def check_stored_dtypes(lm, stored: dict | None, model: ModelEntry, revision: str) -> None:
