@@ -136,6 +136,11 @@ class ZeroFactorError(ValueError):
         super().__init__(f"factor pair {pair} has an all-zero factor ({side}): its product has no spectrum.")
 
 
+class ZeroWeightError(ValueError):
+    """An attention weight of a model is all zero for one head; the message names layer,
+    head and tensor (attention_lowrank)."""
+
+
 # The weight each factor of qk_vo_factors comes from, by kind and side.
 FACTOR_WEIGHTS = {"qk": {"A": "q", "B": "k"}, "vo": {"A": "o", "B": "v"}}
 
@@ -216,7 +221,7 @@ def attention_lowrank(model: torch.nn.Module, layers: list[int] | None = None) -
             try:
                 per_head = metrics_from_arrays(*(host[k][i] for k in ("singular_values", "frob_a", "frob_b", "gap_norm")))
             except ZeroFactorError as error:
-                raise ValueError(_zero_factor_message(model, layer, kind, error)) from None
+                raise ZeroWeightError(_zero_factor_message(model, layer, kind, error)) from None
             records.extend(AttentionRecord(layer=layer, head=h, kind=kind, metrics=m) for h, m in enumerate(per_head))
     return records
 

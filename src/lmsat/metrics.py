@@ -265,9 +265,11 @@ def attention(lm, job: WeightsJob) -> dict:
     from lmsat.adapters import lm_head_matrix
     from lmsat.degeneration import attention_arrays
 
+    from lmsat.attention import ZeroWeightError
+
     try:
         arrays, shape = attention_arrays(lm)
-    except ValueError as error:  # an all-zero weight: name the checkpoint too
+    except ZeroWeightError as error:  # it names layer, head and tensor: add the checkpoint
         from lmsat.models import ModelLoadError
 
         name, _, revision = job.model.partition("@")
