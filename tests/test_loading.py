@@ -447,6 +447,18 @@ def test_two_revisions_of_one_model_on_one_directory_are_refused(default_config,
     plan_refused(default_config, "suites.toy.models[name=one].id", "revisions one@step1 and one@step2 read the same")
 
 
+def test_a_weights_file_linked_from_another_models_directory_is_refused(default_config, tiny_neox, tmp_path):
+    for where in ("a", "b"):
+        tiny_neox.save_pretrained(tmp_path / where / REVISION)
+    (tmp_path / "b" / REVISION / WEIGHTS).unlink()
+    os.symlink(tmp_path / "a" / REVISION / WEIGHTS, tmp_path / "b" / REVISION / WEIGHTS)
+    for name, where in (("one", "a"), ("two", "b")):
+        add_model(default_config, name=name, source="local", id=str(tmp_path / where), hidden_size=16,
+                  revisions={"list": [REVISION]})
+    plan_refused(default_config, "suites.toy.models[name=two].id", "models one@step1 and two@step1 read the same "
+                 f"weights file {tmp_path / 'a' / REVISION / WEIGHTS}")
+
+
 def test_one_hub_checkpoint_as_two_models_is_refused(default_config):
     add_model(default_config, **hub_model("one", ["step1", "step2"]))
     add_model(default_config, **hub_model("two", ["step3"]))

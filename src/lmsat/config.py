@@ -706,29 +706,32 @@ def _refuse_duplicate_steps(config: dict, models: dict[str, ModelEntry]) -> None
 
 def _refuse_shared_weights(models: dict[str, ModelEntry]) -> None:
     """Two models (or two revisions) reading one checkpoint: local revisions that resolve to
-    the same directory (symbolic links included), or one hub id at one revision twice (hub
-    ids are case-insensitive). Its rows would count twice, in the scaling fit too."""
+    the same directory or weights file (symbolic links included), or one hub id at one
+    revision twice (hub ids are case-insensitive). Its rows would count twice, in the
+    scaling fit too."""
     owners: dict[tuple[str, str], tuple[ModelEntry, str]] = {}
     for model in models.values():
         for revision in model.revisions:
             if model.source == "local":
-                place = ("local", str((Path(model.id) / revision).resolve()))
-                shown = f"weights directory {place[1]}"
+                directory = (Path(model.id) / revision).resolve()
+                places = [(("directory", str(directory)), f"weights directory {directory}")]
+                weights = [directory / name for name in WEIGHT_FILES + PICKLE_FILES if (directory / name).is_file()]
+                if weights:  # a weights file linked from another model's directory
+                    places.append((("file", str(weights[0].resolve())), f"weights file {weights[0].resolve()}"))
             elif model.source == "hub":
-                place = ("hub", f"{model.id.casefold()}@{revision}")
-                shown = f"hub checkpoint {model.id} at revision {revision}"
+                places = [(("hub", f"{model.id.casefold()}@{revision}"), f"hub checkpoint {model.id} at revision {revision}")]
             else:
                 continue
-            if place in owners:
-                other, other_revision = owners[place]
-                same_model = other.name == model.name
-                raise ConfigError(
-                    f"{model.key}.id",
-                    f"{'revisions' if same_model else 'models'} {other.name}@{other_revision} and "
-                    f"{model.name}@{revision} read the same {shown}, so one checkpoint would be tabulated twice",
-                    "remove the duplicate (or point each model and revision to its own checkpoint)",
-                )
-            owners[place] = (model, revision)
+            for place, shown in places:
+                if place in owners:
+                    other, other_revision = owners[place]
+                    raise ConfigError(
+                        f"{model.key}.id",
+                        f"{'revisions' if other.name == model.name else 'models'} {other.name}@{other_revision} and "
+                        f"{model.name}@{revision} read the same {shown}, so one checkpoint would be tabulated twice",
+                        "remove the duplicate (or point each model and revision to its own checkpoint)",
+                    )
+                owners[place] = (model, revision)
 
 
 def _refuse_tiny_sample(sample: dict) -> None:
