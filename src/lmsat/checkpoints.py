@@ -48,9 +48,11 @@ def checkpoint_dir(model: ModelEntry, revision: str, cache_dir: str | None = Non
     cache_dir = cache_dir or model.cache_dir(revision)
     try:
         return hub.snapshot_path(cache_dir, model.id, revision)
-    except (hub.RevisionNotFoundError, ValueError):
+    except hub.RevisionNotFoundError:
         by_commit = hub.repo_dir(cache_dir, model.id) / "snapshots" / revision  # a commit hash as revision
         return by_commit if by_commit.is_dir() else None
+    except ValueError:  # not an org/name id: from_pretrained says what is wrong with it
+        return None
 
 
 def refetch_fix(model: ModelEntry, revision: str, cache_dir: str | None = None) -> str:
