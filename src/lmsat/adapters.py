@@ -262,6 +262,16 @@ def lm_head_matrix(model: nn.Module) -> torch.Tensor:
     return output.weight.detach()
 
 
+def parameter_name(model: nn.Module, view: torch.Tensor) -> str | None:
+    """Name of the parameter of `model` that `view` (e.g. a field of AttentionHeads) reads,
+    by shared storage; None when it reads none (a copy)."""
+    storage = view.untyped_storage().data_ptr()
+    for name, parameter in model.named_parameters():
+        if parameter.untyped_storage().data_ptr() == storage:
+            return name
+    return None
+
+
 def attention_heads(model: nn.Module, layer: int) -> AttentionHeads:
     """Per-head Q, K, V, O weights of block `layer` (0-based), see the module docstring."""
     adapter = family_adapter(model)

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from lmsat.adapters import attention_heads, num_layers
+from lmsat.adapters import attention_heads, num_layers, parameter_name
 from lmsat.spectra import effective_rank, stable_rank
 
 
@@ -128,11 +128,28 @@ def factor_arrays(a, b) -> dict[str, torch.Tensor]:
     return dict(singular_values=singular, frob_a=frob_a, frob_b=frob_b, gap_norm=gap_norm, finite=finite)
 
 
+class ZeroFactorError(ValueError):
+    """Factor `side` ("A" or "B") of pair `pair` is all zero: its product has no spectrum."""
+
+    def __init__(self, pair: int, side: str):
+        self.pair, self.side = pair, side
+        super().__init__(f"factor pair {pair} has an all-zero factor ({side}): its product has no spectrum.")
+
+
+class ZeroWeightError(ValueError):
+    """An attention weight of a model is all zero for one head; the message names layer,
+    head and tensor (attention_lowrank)."""
+
+
+# The weight each factor of qk_vo_factors comes from, by kind and side.
+FACTOR_WEIGHTS = {"qk": {"A": "q", "B": "k"}, "vo": {"A": "o", "B": "v"}}
+
+
 def metrics_from_arrays(singular: np.ndarray, frob_a: np.ndarray, frob_b: np.ndarray, gap_norm: np.ndarray) -> list[LowRankMetrics]:
     """LowRankMetrics per pair from factor_arrays' host copies (numpy float64)."""
     if frob_a.size and ((frob_a == 0) | (frob_b == 0)).any():
         i = int(np.nonzero((frob_a == 0) | (frob_b == 0))[0][0])
-        raise ValueError(f"factor pair {i} has an all-zero factor: its product has no spectrum.")
+        raise ZeroFactorError(i, "A" if frob_a[i] == 0 else "B")
     return [
         LowRankMetrics(
             singular_values=s,
@@ -201,6 +218,20 @@ def attention_lowrank(model: torch.nn.Module, layers: list[int] | None = None) -
     records = []
     for i, layer in enumerate(layers):
         for kind, host in arrays.items():
-            per_head = metrics_from_arrays(*(host[k][i] for k in ("singular_values", "frob_a", "frob_b", "gap_norm")))
+            try:
+                per_head = metrics_from_arrays(*(host[k][i] for k in ("singular_values", "frob_a", "frob_b", "gap_norm")))
+            except ZeroFactorError as error:
+                raise ZeroWeightError(_zero_factor_message(model, layer, kind, error)) from None
             records.extend(AttentionRecord(layer=layer, head=h, kind=kind, metrics=m) for h, m in enumerate(per_head))
     return records
+
+
+def _zero_factor_message(model: torch.nn.Module, layer: int, kind: str, error: ZeroFactorError) -> str:
+    """Which weight of which layer and head is all zero (error from metrics_from_arrays)."""
+    weight = FACTOR_WEIGHTS[kind][error.side]
+    view = getattr(attention_heads(model, layer), weight)
+    tensor = parameter_name(model, view) or f"the attention weights of layer {layer}"
+    return (
+        f"layer {layer}, head {error.pair}: its W_{weight.upper()} slice of tensor {tensor} is all zero, so the "
+        f"{kind} product has no spectrum"
+    )

@@ -669,6 +669,83 @@ def _canonical(value, keep_order: bool = False):
     return value
 
 
+MIN_SAMPLE_SEQUENCES = 2  # a standard error needs two independent draws at least
+
+
+def _refuse_ambiguous_plan(config: dict, models: dict[str, ModelEntry]) -> None:
+    """Plans whose tables would be wrong without an error: two revisions of a model at one
+    step, one checkpoint analysed as two models, a sample with no standard error."""
+    _refuse_duplicate_steps(config, models)
+    _refuse_shared_weights(models)
+    _refuse_tiny_sample(config["sample"])
+
+
+def _revisions_key(config: dict, model: ModelEntry) -> str:
+    """The config key of the revisions spec `model` follows: its own, or its suite's."""
+    entries = config["suites"][model.suite]["models"]
+    index = next(i for i, m in enumerate(entries) if m["name"] == model.name)
+    own = entries[index].get("revisions")
+    return f"suites.{model.suite}.models[{index}].revisions" if own else f"suites.{model.suite}.revisions"
+
+
+def _refuse_duplicate_steps(config: dict, models: dict[str, ModelEntry]) -> None:
+    """Two revisions of one model at one training step (`step800` and `step-800` under the
+    default step_regex): which one is 'final' or 'best' would follow list order."""
+    for model in models.values():
+        seen: dict[int, str] = {}
+        for revision, step in zip(model.revisions, model.steps):
+            if step in seen:
+                raise ConfigError(
+                    _revisions_key(config, model),
+                    f"revisions {seen[step]!r} and {revision!r} of model {model.name} are both step {step}, so "
+                    "which of them is final or best would be arbitrary",
+                    "list one revision per training step (or give each its own step in `steps`)",
+                )
+            seen[step] = revision
+
+
+def _refuse_shared_weights(models: dict[str, ModelEntry]) -> None:
+    """Two models (or two revisions) reading one checkpoint: local revisions that resolve to
+    the same directory or weights file (symbolic links included), or one hub id at one
+    revision twice (hub ids are case-insensitive). Its rows would count twice, in the
+    scaling fit too."""
+    owners: dict[tuple[str, str], tuple[ModelEntry, str]] = {}
+    for model in models.values():
+        for revision in model.revisions:
+            if model.source == "local":
+                directory = (Path(model.id) / revision).resolve()
+                places = [(("directory", str(directory)), f"weights directory {directory}")]
+                weights = [directory / name for name in WEIGHT_FILES + PICKLE_FILES if (directory / name).is_file()]
+                if weights:  # a weights file linked from another model's directory
+                    places.append((("file", str(weights[0].resolve())), f"weights file {weights[0].resolve()}"))
+            elif model.source == "hub":
+                places = [(("hub", f"{model.id.casefold()}@{revision}"), f"hub checkpoint {model.id} at revision {revision}")]
+            else:
+                continue
+            for place, shown in places:
+                if place in owners:
+                    other, other_revision = owners[place]
+                    raise ConfigError(
+                        f"{model.key}.id",
+                        f"{'revisions' if other.name == model.name else 'models'} {other.name}@{other_revision} and "
+                        f"{model.name}@{revision} read the same {shown}, so one checkpoint would be tabulated twice",
+                        "remove the duplicate (or point each model and revision to its own checkpoint)",
+                    )
+                owners[place] = (model, revision)
+
+
+def _refuse_tiny_sample(sample: dict) -> None:
+    """Fewer than MIN_SAMPLE_SEQUENCES eval sequences: no standard error (loss_sem 0.0)."""
+    n_seq = -(-sample["n_tokens"] // sample["seq_len"])  # ceil: the sample is rounded up to whole sequences
+    if n_seq < MIN_SAMPLE_SEQUENCES:
+        raise ConfigError(
+            "sample.n_tokens",
+            f"{sample['n_tokens']} token(s) make {n_seq} sequence(s) of sample.seq_len={sample['seq_len']} tokens; "
+            f"a standard error needs at least {MIN_SAMPLE_SEQUENCES}",
+            f"set sample.n_tokens to at least {MIN_SAMPLE_SEQUENCES * sample['seq_len']} (or lower sample.seq_len)",
+        )
+
+
 def load_plan(config: dict, schema: str | Path | dict, default_run: str = "default") -> Plan:
     """Validate `config` against the schema (a dict or its YAML file), fill defaults, check
     references, expand. `default_run` names the run when the config does not (the stem of
@@ -683,6 +760,7 @@ def load_plan(config: dict, schema: str | Path | dict, default_run: str = "defau
     config = select(config)
     _locate_run_files(config, results)
     models = _models(config, results)
+    _refuse_ambiguous_plan(config, models)
     _check_references(config, models)
     _check_sections(config, models)
     return Plan(config=config, models=by_size(models))

@@ -271,15 +271,25 @@ def _load_model_and_tokenizer(model_name_or_path, revision, tokenizer, *, cache_
     if isinstance(model_name_or_path, (str, os.PathLike)):
         dtype_key = "dtype" if Version(transformers.__version__) >= Version("4.56") else "torch_dtype"
         torch_dtype = dtype if (dtype == "auto" or isinstance(dtype, torch.dtype)) else getattr(torch, dtype)
+        from lmsat.checkpoints import CONFIG_FIX, load_report_problems, transformers_log_to_job_log
+
         try:
-            model = transformers.AutoModelForCausalLM.from_pretrained(
-                str(model_name_or_path), revision=revision, **{dtype_key: torch_dtype}, **hub
-            )
+            with transformers_log_to_job_log():  # its load report into the job's log
+                model, loading_info = transformers.AutoModelForCausalLM.from_pretrained(
+                    str(model_name_or_path), revision=revision, **{dtype_key: torch_dtype}, **hub,
+                    output_loading_info=True, ignore_mismatched_sizes=True,
+                )
         except (OSError, ValueError) as error:
             raise ValueError(
                 f"cannot load model {str(model_name_or_path)!r} at revision {revision!r} "
                 f"(cache_dir={cache_dir}, local_files_only={local_files_only}): {error}"
             ) from error
+        problems = load_report_problems(loading_info)
+        if problems:  # never evaluate a checkpoint transformers completed at random
+            raise ValueError(
+                f"model {str(model_name_or_path)!r} at revision {revision!r} does not match its config.json: "
+                f"{problems}. Fix: {CONFIG_FIX}, or fetch or save the checkpoint again"
+            )
         model = model.to(device)
     else:
         model = model_name_or_path  # an already built model (e.g. with a swapped head), used as is

@@ -265,6 +265,18 @@ def attention(lm, job: WeightsJob) -> dict:
     from lmsat.adapters import lm_head_matrix
     from lmsat.degeneration import attention_arrays
 
-    arrays, shape = attention_arrays(lm)
+    from lmsat.attention import ZeroWeightError
+
+    try:
+        arrays, shape = attention_arrays(lm)
+    except ZeroWeightError as error:  # it names layer, head and tensor: add the checkpoint
+        from lmsat.models import ModelLoadError
+
+        name, _, revision = job.model.partition("@")
+        raise ModelLoadError(
+            f"model {name} at revision {revision}: {error}. Fix: if the weights are broken, fetch or save the "
+            "checkpoint again; if the architecture zero-initialises it at this revision, leave the revision "
+            "out, or `attention` out of `metrics`"
+        ) from error
     logging.getLogger(__name__).info("%s: attention of %d layers x %d heads", job.model, shape["n_layers"], shape["n_heads"])
     return dict(arrays=arrays, shape=shape, hidden_size=int(lm_head_matrix(lm).shape[1]))

@@ -13,15 +13,12 @@ from __future__ import annotations
 import logging
 import os
 
+from lmsat.checkpoints import ModelLoadError
 from lmsat.config import ModelEntry, check_context
 
 log = logging.getLogger(__name__)
 
 DTYPES = ("float32", "bfloat16", "float16")
-
-
-class ModelLoadError(RuntimeError):
-    """A checkpoint or tokenizer could not be loaded; the message names model and revision."""
 
 
 def job_device(snakemake) -> str:
@@ -57,26 +54,47 @@ def load_causal_lm(model: ModelEntry, revision: str, *, dtype: str = "float32", 
     dtype "auto" keeps the checkpoint's own dtype (its config's `dtype`: float16 for
     Pythia), so the weights are exactly the stored ones. A non-CPU device gets the weights
     straight from the (memory-mapped) files, with no full copy in host RAM.
+
+    Loaded only if its tensors match its config.json exactly (lmsat.checkpoints: readable
+    safetensors files, every shard of the index present, one floating dtype, then no
+    missing, unexpected or mismatched key in transformers' load report, which goes to the
+    job's log), all of them finite, and its widths and depth equal the suite config's;
+    otherwise a ModelLoadError naming model, revision, file or keys, and the fix.
     """
     import torch
     from transformers import AutoModelForCausalLM
 
+    from lmsat.checkpoints import (
+        check_finite,
+        check_load_report,
+        check_stored_dtypes,
+        check_weight_files,
+        transformers_log_to_job_log,
+    )
+
     if revision not in model.revisions:
         raise ModelLoadError(f"revision {revision!r} is not in the suite of model {model.name} ({model.key})")
+    stored = check_weight_files(model, revision)  # before from_pretrained: a truncated file names itself
     kwargs = dict(
         dtype="auto" if dtype == "auto" else getattr(torch, dtype),
         device_map=None if str(device) == "cpu" else str(device),
         use_safetensors=None if model.allow_pickle else True,
         trust_remote_code=model.trust_remote_code,
+        output_loading_info=True,
+        ignore_mismatched_sizes=True,  # reported by name below, not as a bare RuntimeError
     )
     target, source = model.pretrained_source(revision)
     kwargs.update(source)
     try:
-        lm = AutoModelForCausalLM.from_pretrained(target, **kwargs)
+        with transformers_log_to_job_log():
+            lm, loading_info = AutoModelForCausalLM.from_pretrained(target, **kwargs)
     except (OSError, ValueError, EnvironmentError) as error:
         raise ModelLoadError(
             f"cannot load model {model.name} ({model.id}) at revision {revision}{_load_hint(model, error)}: {error}"
         ) from error
+    check_load_report(loading_info, model, revision)
+    check_stored_dtypes(lm, stored, model, revision)
+    check_finite(lm, model, revision)
     text_config = lm.config.get_text_config()
     for field, actual, stated in (
         ("hidden_size", text_config.hidden_size, model.hidden_size),
@@ -107,6 +125,21 @@ def check_sequence_length(lm, model: ModelEntry, revision: str, seq_len: int, ke
     """ConfigError at `key` before any forward when sequences of `seq_len` tokens exceed the
     context the loaded checkpoint's config states (max_position_embeddings or the like)."""
     check_context(seq_len, lm.config.to_dict(), f"model {model.name} ({model.id}) at {revision}", key)
+
+
+def check_token_ids(lm, model: ModelEntry, revision: str, tokens, where: str) -> None:
+    """ModelLoadError before any forward when `tokens` (the ids `where` holds, e.g. the eval
+    sample) reach past the model's vocabulary: its input embedding's or its LM head's rows
+    (a raw `IndexError: index out of range in self` in the forward otherwise)."""
+    embedding, head = lm.get_input_embeddings(), lm.get_output_embeddings()
+    rows = min(embedding.weight.shape[0], head.weight.shape[0] if head is not None else embedding.weight.shape[0])
+    top = int(tokens.max()) if tokens.size else -1
+    if top >= rows:
+        raise ModelLoadError(
+            f"model {model.name} ({model.id}) at revision {revision} has a vocabulary of {rows} rows, but {where} "
+            f"holds token id {top}: the model's vocabulary is smaller than its tokenizer {model.tokenizer!r}. "
+            f"Fix: set '{model.key}.tokenizer' to the tokenizer the model was trained with (or fix its checkpoint)"
+        )
 
 
 def load_tokenizer(spec: dict, name: str, policy=None):

@@ -23,7 +23,7 @@ from lmsat.config import ModelEntry
 from lmsat.corpus import read_sample
 from lmsat.io import setup_logging
 from lmsat.metrics import METRICS, WeightsJob
-from lmsat.models import check_sequence_length, job_device, load_causal_lm
+from lmsat.models import check_sequence_length, check_token_ids, job_device, load_causal_lm
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +74,7 @@ def main(snakemake) -> dict:
     # one cast below, on the device, equals loading in the forward dtype.
     lm = load_causal_lm(entry, revision, dtype="auto", device=device)
     check_sequence_length(lm, entry, revision, tokens.shape[1])  # before any work on it
+    check_token_ids(lm, entry, revision, tokens, f"the eval sample {snakemake.input.sample}")
     seconds["load"], start = _now(device) - start, _now(device)
     with ThreadPoolExecutor(max_workers=2) as pool:  # the two weight hashes, beside the forward
         analysed = analyse_weights(lm, entry, revision, params, pool)

@@ -10,13 +10,14 @@ import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
 import logging
 
 import h5py
+import numpy as np
 import torch
 
 from lmsat.config import ModelEntry
 from lmsat.corpus import CorpusError, build_token_pool, iter_documents, read_sample
 from lmsat.headcache import CacheSettings, build_head_cache, check_sample_alignment, draw_token_sets, full_head_reference
 from lmsat.io import library_versions, setup_logging, write_json
-from lmsat.models import check_sequence_length, job_device, load_causal_lm, load_tokenizer
+from lmsat.models import check_sequence_length, check_token_ids, job_device, load_causal_lm, load_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +65,8 @@ def main(snakemake):
     device = job_device(snakemake)
     lm = load_causal_lm(entry, revision, dtype=params.dtype, device=device)
     check_sequence_length(lm, entry, revision, params.seq_len)  # windows of sample.seq_len tokens
+    last_id = np.array([len(tokenizer) - 1])  # the pools hold ids below len(tokenizer) (draw_sets)
+    check_token_ids(lm, entry, revision, last_id, f"tokenizer {entry.tokenizer} ({len(tokenizer)} entries)")
     identity = dict(model=entry.name, revision=revision, model_id=entry.id, seed=params.seed)
     settings = CacheSettings(batch_size=params.batch_size, dtype=params.dtype, storage_dtype=params.storage_dtype)
     shards = {"train": as_list(output.train), "eval": as_list(output.eval)}

@@ -34,6 +34,7 @@ def main(snakemake):
         os.environ["HF_DATASETS_CACHE"] = os.path.abspath(staged["datasets_cache"])
     import torch
 
+    from lmsat.checkpoints import check_weight_files
     from lmsat.config import ModelEntry
     from lmsat.evaluation import ManualDownloadRequired, run_lmeval
     from lmsat.models import job_device
@@ -43,6 +44,7 @@ def main(snakemake):
     # A hub model reads the copy fetched for this job (a best revision has its own).
     fetched = snakemake.input.weights if model.source == "hub" else None
     target, source = model.pretrained_source(params.revision, cache_dir=fetched)
+    check_weight_files(model, params.revision, cache_dir=fetched)  # a truncated file or missing shard, by name
     try:
         results = run_lmeval(
             target,
