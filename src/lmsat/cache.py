@@ -221,11 +221,10 @@ def _chunk_checksums(arrays: dict, start: int, rows: slice, index: np.ndarray, i
 
 
 def _write_marker(path: Path, checksums: dict) -> None:
-    """A chunk's done marker: its checksums, written atomically and fsynced."""
+    """A chunk's done marker: its checksums, written atomically. Not fsynced: a marker lost
+    or emptied by a power cut only makes its chunk be computed again (_read_marker)."""
     with atomic_path(path) as tmp:
         tmp.write_text(json.dumps(checksums))
-        fsync_path(tmp)
-    fsync_path(path.parent)
 
 
 def _read_marker(path: Path) -> dict | None:

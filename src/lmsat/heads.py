@@ -276,8 +276,6 @@ class ShardedRepresentations:
                     f"ShardedRepresentations: shard {path} has no dataset '{name}' "
                     f"(it has {sorted(file.keys())}); write 'hidden' (n, d) and 'targets' (n,)"
                 )
-        if self.verify:
-            verify_hdf5(file, path, ("hidden", "targets"))  # IntegrityError: corrupt, naming the shard
         hidden, targets = file["hidden"], file["targets"]
         if hidden.ndim != 2 or targets.ndim != 1 or hidden.shape[0] != targets.shape[0]:
             raise ValueError(
@@ -296,6 +294,11 @@ class ShardedRepresentations:
                 f"ShardedRepresentations: shard {path} has d={hidden.shape[1]}, the first "
                 f"shard d={self.d}; all shards must come from the same model"
             )
+        if self.verify:  # IntegrityError naming the shard when its data is not what was written
+            try:
+                verify_hdf5(file, path, ("hidden", "targets"))
+            except OSError as error:  # a damaged chunk HDF5 cannot decode
+                raise ShardError(path, error) from error
         self.shard_sizes.append(int(hidden.shape[0]))
         self._hidden.append(hidden)
         self._targets.append(targets)

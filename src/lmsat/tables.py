@@ -20,7 +20,7 @@ import pandas as pd
 from lmsat.degeneration import ATTENTION_KINDS, ATTENTION_SCALARS, RECORD_KEYS, read_attention, read_spectrum
 from lmsat.evaluation import CHECKPOINT_ORDER, TABLE1_TASKS, metric_value
 from lmsat.evaluation import METRICS as TABLE1_METRICS
-from lmsat.integrity import TABLE_COLUMN, check_values, csv_with_checksum, require_keys, verify_csv
+from lmsat.integrity import BOUNDS, TABLE_COLUMN, check_values, csv_with_checksum, require_keys, verify_csv, verify_hdf5
 from lmsat.io import atomic_path, check_identity, library_versions, promised_by_path, read_json, read_record, source_sha256
 from lmsat.scaling import fit_scaling_law, predict, shortfall
 from lmsat.spectra import effective_rank, identical_heads, singular_entropy, stable_rank
@@ -585,6 +585,10 @@ def ngram_werror_table(paths) -> pd.DataFrame:
             attrs = {k: f.attrs[k] for k in ("corpus", "tokenizer", "order", "n_tokens", "n_contexts", "vocab_size")}
             attrs = {k: (v.item() if hasattr(v, "item") else v) for k, v in attrs.items()}
             check_identity(path, attrs, promised_by_path(path, "corpus", "tokenizer"))
+            verify_hdf5(f, path)
+            spectra = {name: f[name][...] for name in ("singular_values", "truth_singular_values") if name in f}
+            check_values(path, f"{attrs['corpus']} x {attrs['tokenizer']}", spectra,
+                         bounds={name: BOUNDS["singular_values"] for name in spectra})
             tables.append(curve_rows(f["singular_values"][...], **attrs, kind="empirical"))
             if "truth_singular_values" in f:
                 truth = dict(attrs, n_tokens=0, n_contexts=float(f.attrs["truth_n_contexts"]))
@@ -695,14 +699,17 @@ def read_head_inputs(run_paths, manifest_paths, spectra_paths) -> tuple[list[dic
 
     runs = []
     for path in map(Path, run_paths):
-        run = read_json(path)
+        run = read_json(path, require_checksum=True)
         found = dict(model=run.get("model"), rank=run.get("rank"), peak_lr=lr_label(float(run.get("peak_lr", "nan"))))
         promised = dict(model=path.parent.parent.name, rank=path.parent.name[1:], peak_lr=path.stem[2:])
         check_identity(path, found, promised)
+        where = f"{run['model']} rank {run['rank']} lr {run['peak_lr']}"
+        require_keys(path, where, run, ("eval_loss", "eval_acc"))
+        check_values(path, where, {key: run[key] for key in ("eval_loss", "eval_acc")})  # loss >= 0, accuracy in [0, 1]
         runs.append(run)
     manifests = {}
     for path in map(Path, manifest_paths):
-        manifest = read_json(path)
+        manifest = read_json(path, require_checksum=True)
         check_identity(path, manifest, dict(model=path.parent.name))
         manifests[manifest["model"]] = manifest
     spectra = {}
