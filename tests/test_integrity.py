@@ -28,6 +28,7 @@ import sys
 
 import h5py
 import numpy as np
+import pandas as pd
 import pytest
 import yaml
 
@@ -153,6 +154,10 @@ def test_a_cache_without_or_with_another_files_checksums_is_refused(finished, co
     with pytest.raises(CacheChecksumError, match="does not match its checksum"):
         open_cache(path)
     with h5py.File(path, "a") as f:
+        f.attrs[CHECKSUM_ATTR] = "{not json"
+    with pytest.raises(CacheChecksumError, match=r"its `checksums` attribute is not JSON"):
+        open_cache(path)
+    with h5py.File(path, "a") as f:
         del f.attrs[CHECKSUM_ATTR]
     with pytest.raises(CacheChecksumError, match=rf"{path} is corrupt: it has no `checksums` attribute"):
         open_cache(path)
@@ -213,6 +218,14 @@ def test_a_head_cache_eval_shard_half_zeroed_is_named(finished, copy_of):
         f["hidden"][: f["hidden"].shape[0] // 2] = 0
     with pytest.raises(IntegrityError, match=rf"{path} is corrupt: dataset 'hidden' does not match its checksum"
                        r".*rule build_head_cache makes it again"):
+        ShardedRepresentations([path])
+    # a shard whose targets were replaced by a shorter dataset (and hidden cut to match)
+    with h5py.File(path, "a") as f:
+        n = f["targets"].shape[0] // 2
+        hidden = f["hidden"][:n]
+        del f["targets"], f["hidden"]
+        f["hidden"], f["targets"] = hidden, np.zeros(n, dtype=np.int32)
+    with pytest.raises(IntegrityError, match=r"dataset 'hidden' has shape .* not the one it was written with"):
         ShardedRepresentations([path])
 
 
@@ -297,11 +310,13 @@ def test_a_metric_record_without_its_checksum_is_refused(finished, copy_of):
 
 
 def _edit_csv(path, model, kind, column, value, keep_checksum: bool):
-    """Set `column` of the (model, kind) row; with keep_checksum the checksum is recomputed."""
-    table = read_table(path)
+    """Set `column` of the (model, kind) row; the checksum column is kept as it was (a hand
+    edit), or recomputed to fit (keep_checksum: a hostile edit)."""
+    old_digest = path.read_text().split("\n")[1][-64:]
+    table = pd.read_csv(path).drop(columns=TABLE_COLUMN)  # as found, even after an earlier edit
     table.loc[(table["model"] == model) & (table["kind"] == kind), column] = value
-    text = table.to_csv(index=False, lineterminator="\n")
-    path.write_text(csv_with_checksum(text) if keep_checksum else text)
+    text = csv_with_checksum(table.to_csv(index=False, lineterminator="\n"))
+    path.write_text(text if keep_checksum else text.replace(text.split("\n")[1][-64:], old_digest))
 
 
 @slow

@@ -15,9 +15,9 @@ Extraction is resumable and writes the data once: the file is created under
 `<file>.parts/cache.h5` with its datasets allocated, each chunk of sequences is written in
 place as soon as it is computed, fsynced, and marked done (`chunk_<first>.done`, holding
 the chunk's checksums, hashed from memory), and a rerun after a kill skips the marked
-chunks; open_cache verifies every dataset against them. Only when all chunks are there is `complete` set and the file
-renamed, so a file under the final name is always complete. Chunks are fixed by the config,
-so a resumed run gives the same bytes as an uninterrupted one.
+chunks; open_cache verifies every dataset against them. Only when all chunks are there is
+`complete` set and the file renamed, so a file under the final name is always complete.
+Chunks are fixed by the config, so a resumed run gives the same bytes as an uninterrupted one.
 
 `layers` holds every hidden state at its own width, zero-padded to the widest (OPT-350m:
 1024-wide blocks, a 512-wide last state after `project_out`); padding changes no cosine.
@@ -239,6 +239,9 @@ def _read_marker(path: Path) -> dict | None:
 def _file_checksums(markers: list[Path], index: np.ndarray) -> str:
     """The `checksums` attribute of a complete cache, from its chunks' markers."""
     chunks = [_read_marker(path) for path in markers]
+    if None in chunks:  # a marker removed or emptied while the chunks after it were computed
+        lost = markers[chunks.index(None)]
+        raise CacheError(f"the done marker {lost} vanished during the extraction; rerun it (that chunk is computed again)")
     merged = {name: merge_blocks([c[name] for c in chunks if name in c]) for name in ("loss", "hidden", "layers")}
     merged["layer_index"] = block_digests(index)
     return json.dumps(merged, sort_keys=True)
