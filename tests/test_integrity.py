@@ -395,3 +395,23 @@ def test_a_corpus_file_that_is_not_a_file_says_what_it_is(tmp_path, default_conf
     default_config["corpora"]["mine"] = {"type": "text_files", "files": [str(missing)]}
     with pytest.raises(ConfigError, match="does not exist"):
         load_plan(default_config, SCHEMA)
+
+
+def test_a_head_run_with_an_accuracy_above_one_is_named(tmp_path):
+    """A rank-head record (rule train_rank_head's layout and writer) with eval_acc 1.5."""
+    from lmsat.bottleneck import lr_label
+    from lmsat.io import write_json
+    from lmsat.tables import read_head_inputs
+
+    path = tmp_path / RUN / "bottleneck" / "runs" / MODEL / "r1" / f"lr{lr_label(0.01)}.json"
+    record = dict(model=MODEL, revision="step16", rank=1, peak_lr=0.01, eval_loss=3.2, eval_acc=1.5)
+    write_json(path, record)
+    with pytest.raises(IntegrityError, match=rf"{path} is corrupt: {MODEL} rank 1 lr 0.01: `eval_acc` is outside "
+                       r"\[0.0, 1.0\].*rule train_rank_head makes it again"):
+        read_head_inputs([path], [], [])
+    write_json(path, dict(record, eval_acc=0.5, eval_loss=float("nan")))
+    with pytest.raises(IntegrityError, match=r"`eval_loss` holds NaN or Inf"):
+        read_head_inputs([path], [], [])
+    write_json(path, dict(record, eval_acc=0.5))
+    runs, _, _ = read_head_inputs([path], [], [])
+    assert runs[0]["eval_acc"] == 0.5
