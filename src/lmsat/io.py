@@ -16,8 +16,6 @@ import os
 import sys
 from pathlib import Path
 
-from lmsat.integrity import RECORD_FIELD, verify_record, with_record_checksum
-
 
 class DiskFullError(OSError):
     """The disk filled up while an output was written; the message names the output."""
@@ -71,6 +69,8 @@ def fsync_path(path: str | Path) -> None:
 
 def write_json(path: str | Path, payload) -> None:
     """An object gets its checksum field (lmsat.integrity.RECORD_FIELD), checked on reading."""
+    from lmsat.integrity import with_record_checksum  # here: lmsat.io itself needs only the stdlib
+
     if isinstance(payload, dict):
         payload = with_record_checksum(payload)
     with atomic_path(path) as tmp:
@@ -80,6 +80,8 @@ def write_json(path: str | Path, payload) -> None:
 def read_json(path: str | Path, require_checksum: bool = False):
     """A JSON file; an object with a checksum field must match it (and must have one with
     require_checksum): lmsat.integrity.IntegrityError otherwise."""
+    from lmsat.integrity import RECORD_FIELD, verify_record
+
     try:
         payload = json.loads(Path(path).read_text())
     except (OSError, json.JSONDecodeError, UnicodeDecodeError) as error:
