@@ -108,16 +108,20 @@ def hdf5_checksums(arrays: dict) -> str:
 
 
 def _dataset_blocks(dataset, entry: dict):
-    """Digests of a dataset's stored blocks; a single block is read in slices along axis 0
-    (bounded memory) and hashed incrementally, which gives the same digest."""
+    """Digests of a dataset's stored blocks. Blocks along axis 0 are read in slices of at
+    most VERIFY_BLOCK_BYTES (a Pythia cache chunk is ~1 GB) and hashed incrementally, which
+    gives the same digest as hashing the block at once."""
     axis, bounds = entry["axis"], entry["bounds"]
-    if len(bounds) == 2 and axis == 0 and dataset.ndim > 0:
-        digest = hashlib.sha256()
+    if axis == 0:
         row_bytes = max(1, dataset.dtype.itemsize * int(np.prod(dataset.shape[1:])))
         step = max(1, VERIFY_BLOCK_BYTES // row_bytes)
-        for lo in range(bounds[0], bounds[1], step):
-            digest.update(memoryview(np.ascontiguousarray(dataset[lo : min(lo + step, bounds[1])])).cast("B"))
-        return [digest.hexdigest()]
+        digests = []
+        for lo, hi in zip(bounds[:-1], bounds[1:]):
+            digest = hashlib.sha256()
+            for start in range(lo, hi, step):
+                digest.update(memoryview(np.ascontiguousarray(dataset[start : min(start + step, hi)])).cast("B"))
+            digests.append(digest.hexdigest())
+        return digests
     index = [slice(None)] * dataset.ndim
     digests = []
     for lo, hi in zip(bounds[:-1], bounds[1:]):
