@@ -153,6 +153,10 @@ def test_a_cache_without_or_with_another_files_checksums_is_refused(finished, co
         f.attrs[CHECKSUM_ATTR] = foreign  # the step0 file's checksums on the final file's data
     with pytest.raises(CacheChecksumError, match="does not match its checksum"):
         open_cache(path)
+    with h5py.File(path, "a") as f:  # the zeroed dataset's entry dropped from the attribute
+        f.attrs[CHECKSUM_ATTR] = json.dumps({k: v for k, v in json.loads(foreign).items() if k != "loss"})
+    with pytest.raises(CacheChecksumError, match=r"dataset 'loss' has no recorded checksum"):
+        open_cache(path)
     with h5py.File(path, "a") as f:
         f.attrs[CHECKSUM_ATTR] = "{not json"
     with pytest.raises(CacheChecksumError, match=r"its `checksums` attribute is not JSON"):

@@ -350,7 +350,7 @@ def open_cache(path, expect: dict | None = None, verify: bool = True) -> h5py.Fi
                 raise CacheError(f"cache {path} was made with {key}={found!r}, expected {value!r}; delete it and rerun")
         if verify:
             try:
-                verify_hdf5(f, path)
+                verify_hdf5(f, path, ("loss", "hidden", "layers", "layer_index"))  # each must have a checksum
             except IntegrityError as error:
                 raise CacheChecksumError(f"cache {error}") from None
     except Exception:

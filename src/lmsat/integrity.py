@@ -130,9 +130,17 @@ def _dataset_blocks(dataset, entry: dict):
     return digests
 
 
+def file_datasets(f) -> list[str]:
+    """Names of every dataset of an open HDF5 file, groups included ("qk/effective_rank")."""
+    names = []
+    f.visititems(lambda name, item: names.append(name) if hasattr(item, "shape") else None)
+    return names
+
+
 def verify_hdf5(f, path, datasets=None) -> None:
-    """IntegrityError unless every dataset of `datasets` (all recorded ones by default) of
-    the open HDF5 file `f` matches the checksums recorded in its attributes."""
+    """IntegrityError unless every dataset of `datasets` (by default every dataset the file
+    holds: an entry dropped from the attribute must not skip one) of the open HDF5 file `f`
+    matches the checksums recorded in its attributes."""
     raw = f.attrs.get(CHECKSUM_ATTR)
     if raw is None:
         raise corrupt(path, f"it has no `{CHECKSUM_ATTR}` attribute (deleted, or written before checksums existed)")
@@ -140,7 +148,7 @@ def verify_hdf5(f, path, datasets=None) -> None:
         recorded = json.loads(raw)
     except (TypeError, json.JSONDecodeError) as error:
         raise corrupt(path, f"its `{CHECKSUM_ATTR}` attribute is not JSON ({error})") from None
-    for name in recorded if datasets is None else datasets:
+    for name in file_datasets(f) if datasets is None else datasets:
         if name not in recorded:
             raise corrupt(path, f"dataset {name!r} has no recorded checksum")
         if name not in f:
