@@ -18,7 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-PROVENANCE = {"config_sha256", "lmsat_source_sha256", "row_lmsat_source"}
+PROVENANCE = {"config_sha256", "lmsat_source_sha256", "row_lmsat_source", "table_sha256"}
 
 
 def _is_provenance(column: str) -> bool:

@@ -458,12 +458,12 @@ def test_corrupt_caches_fail_the_jobs_that_read_them(resumed_run, tmp_path):
     config = yaml.safe_load((source / "config.yaml").read_text())
     result = snakemake(workdir, config, "--keep-going", TARGETS[0])
     assert result.returncode != 0
-    expected = {"truncated": "is unreadable or truncated", "nan": "per-token losses contain NaN/Inf",
-                "foreign": "was made with sample_sha256='0000"}
+    expected = {"truncated": "is unreadable or truncated", "nan": "is corrupt: dataset 'loss' does not match its checksum",
+                "foreign": "was made with sample_sha256='0000"}  # the NaN: its checksum sees it first (test_integrity.py)
     for (model, revision), (name, problem) in zip(CHECKPOINTS, expected.items()):
         log = (workdir / f"logs/default/compute_checkpoint_metric/loss/{model}/{revision}.log").read_text()
         assert str(caches[name].relative_to(workdir)) in log and problem in log, (name, log[-2000:])
-        assert "delete it and rerun" in log or "delete the cache and rerun" in log
+        assert "delete it and rerun" in log or f"Fix: delete {caches[name].relative_to(workdir)} and rerun" in log
     assert job_counts(result.stdout) == {"compute_checkpoint_metric": 3, "tabulate_metric": 1, "total": 4}
     assert "rule tabulate_metric:" not in result.stdout  # planned, never run: nothing aggregated
     assert (workdir / "results/default/tables/loss.csv").read_bytes() == table

@@ -15,6 +15,7 @@ from lmsat.heads import (
     full_head_eval,
     train_head,
 )
+from lmsat.integrity import hdf5_checksums
 
 D, V = 16, 64
 
@@ -52,6 +53,7 @@ def _write_shards(directory, name, teacher, n_tokens, n_shards, seed):
         with h5py.File(path, "w") as f:
             f.create_dataset("hidden", data=h.astype(np.float16))  # caches may be fp16
             f.create_dataset("targets", data=t.astype(np.int64))
+            f.attrs["checksums"] = hdf5_checksums({"hidden": h.astype(np.float16), "targets": t.astype(np.int64)})
         paths.append(path)
     return paths
 

@@ -368,6 +368,7 @@ def test_a_truncated_head_cache_shard_is_named_with_the_fix(tmp_path):
     import numpy as np
 
     from lmsat.heads import ShardedRepresentations, ShardError
+    from lmsat.integrity import hdf5_checksums
 
     paths = []
     for i in range(2):
@@ -376,6 +377,7 @@ def test_a_truncated_head_cache_shard_is_named_with_the_fix(tmp_path):
         with h5py.File(paths[-1], "w") as f:  # contiguous datasets, so data sits at the file's end
             f.create_dataset("hidden", data=np.ones((4096, 16), dtype=np.float32))
             f.create_dataset("targets", data=np.zeros(4096, dtype=np.int64))
+            f.attrs["checksums"] = hdf5_checksums({name: f[name][...] for name in ("hidden", "targets")})
     whole = paths[1].read_bytes()
     paths[1].write_bytes(whole[: len(whole) // 2])  # a shard cut short (a full disk, a killed copy)
     with pytest.raises(ShardError, match=rf"head-cache shard {paths[1]} is unreadable or truncated .*"
@@ -385,14 +387,18 @@ def test_a_truncated_head_cache_shard_is_named_with_the_fix(tmp_path):
     with h5py.File(paths[1], "w") as f:
         f.create_dataset("hidden", data=np.ones((4096, 16), dtype=np.float32), chunks=(1024, 16), compression="gzip")
         f.create_dataset("targets", data=np.zeros(4096, dtype=np.int64))
+        f.attrs["checksums"] = hdf5_checksums({name: f[name][...] for name in ("hidden", "targets")})
         chunk = f["hidden"].id.get_chunk_info(2)
     with open(paths[1], "r+b") as handle:
         handle.seek(chunk.byte_offset)
         handle.write(b"\xff" * chunk.size)
-    with ShardedRepresentations(paths) as reader, pytest.raises(ShardError, match=rf"shard {paths[1]} is unreadable"):
+    with pytest.raises(ShardError, match=rf"shard {paths[1]} is unreadable"):
+        ShardedRepresentations(paths)  # verifying its checksums reads every chunk
+    # without that check (verify=False), the reads themselves name the shard
+    with ShardedRepresentations(paths, verify=False) as reader, pytest.raises(ShardError, match=rf"shard {paths[1]} is unreadable"):
         list(reader.iter_batches(1024))
     rng = np.random.default_rng(0)
-    with ShardedRepresentations(paths, seq_len=4096) as reader, pytest.raises(ShardError, match=rf"shard {paths[1]}"):
+    with ShardedRepresentations(paths, seq_len=4096, verify=False) as reader, pytest.raises(ShardError, match=rf"shard {paths[1]}"):
         for _ in range(20):  # one window per shard: a draw hits the damaged one with probability 1/2
             reader.sample_batch(1, rng)
 

@@ -14,6 +14,7 @@ from snakemake.iocontainers import Namedlist
 
 from lmsat.config import ModelEntry
 from lmsat.figures.saturation import law_curve, plot_scaling_fit
+from lmsat.integrity import csv_with_checksum
 from lmsat.io import read_json, write_json
 from lmsat.scaling import count_model_parameters, count_parameters
 from lmsat.tables import model_sizes, scaling_tables
@@ -191,7 +192,8 @@ def test_table1_has_revisions_and_marks_skipped_tasks(tmp_path):
     markdown = table_to_markdown(table)
     assert "| model | checkpoint | revision |" in markdown and "| toy-d16 | best | step750 | 38.00 | – |" in markdown
     write_csv(table.reset_index(), tmp_path / "table1.csv")  # rule make_table1's CSV: the index as columns
-    assert (tmp_path / "table1.csv").read_text(encoding="utf-8") == table.to_csv()  # the bytes of the old writer
+    # the bytes of the old writer, with the checksum column (lmsat.integrity) last
+    assert (tmp_path / "table1.csv").read_text(encoding="utf-8") == csv_with_checksum(table.to_csv())
     with pytest.raises(ValueError, match="evaluated at revisions step750 and step500"):
         table1(records + [record("toy-d16", "best", "step500", "synthetic_ppl", 1.0)], ["synthetic_ppl"])
 

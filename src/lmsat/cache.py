@@ -8,14 +8,16 @@ Layout of `results/cache/{model}/{revision}.h5`:
                                                (w: the widest state, narrower ones zero-padded)
     layer_index  (k,) int64                    flat token positions of that subsample
     attrs        model, revision, model_id, dtype, storage_dtype, sample_sha256,
-                 n_seq, seq_len, hidden_size, n_layers, versions (JSON), complete
+                 n_seq, seq_len, hidden_size, n_layers, versions (JSON), complete,
+                 checksums (JSON: SHA-256 of each dataset per chunk, lmsat.integrity)
 
 Extraction is resumable and writes the data once: the file is created under
 `<file>.parts/cache.h5` with its datasets allocated, each chunk of sequences is written in
-place as soon as it is computed and marked done (`chunk_<first>.done`), and a rerun after a
-kill skips the marked chunks. Only when all chunks are there is `complete` set and the file
-renamed, so a file under the final name is always complete. Chunks are fixed by the config,
-so a resumed run gives the same bytes as an uninterrupted one.
+place as soon as it is computed, fsynced, and marked done (`chunk_<first>.done`, holding
+the chunk's checksums, hashed from memory), and a rerun after a kill skips the marked
+chunks; open_cache verifies every dataset against them. Only when all chunks are there is
+`complete` set and the file renamed, so a file under the final name is always complete.
+Chunks are fixed by the config, so a resumed run gives the same bytes as an uninterrupted one.
 
 `layers` holds every hidden state at its own width, zero-padded to the widest (OPT-350m:
 1024-wide blocks, a 512-wide last state after `project_out`); padding changes no cosine.
@@ -33,7 +35,8 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from lmsat.io import atomic_path, library_versions
+from lmsat.integrity import CHECKSUM_ATTR, IntegrityError, block_digests, merge_blocks, verify_hdf5
+from lmsat.io import atomic_path, fsync_path, library_versions
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +46,10 @@ LOGITS_BUDGET = 2**27  # floats of logits materialised at once (512 MiB in float
 
 class CacheError(ValueError):
     """A cache file that is incomplete, corrupt, non-finite, or made from other inputs."""
+
+
+class CacheChecksumError(CacheError, IntegrityError):
+    """A cache file whose data does not match the checksums recorded when it was written."""
 
 
 @dataclass(frozen=True)
@@ -197,6 +204,49 @@ def _open_partial(path: Path):
         return None
 
 
+def _chunk_checksums(arrays: dict, start: int, rows: slice, index: np.ndarray, in_chunk: np.ndarray) -> dict:
+    """Checksum entries of one chunk's blocks, hashed from the arrays in memory (what was
+    meant to be written, not what a torn write left on disk)."""
+    n = arrays["loss"].shape[0]
+    entries = dict(
+        loss=block_digests(arrays["loss"], 0, [0, n]),
+        hidden=block_digests(arrays["hidden"], 0, [0, rows.stop - rows.start]),
+    )
+    entries["loss"]["bounds"] = [start, start + n]
+    entries["hidden"]["bounds"] = [rows.start, rows.stop]
+    if in_chunk.any():
+        first, k = int(np.argmax(in_chunk)), int(in_chunk.sum())
+        entries["layers"] = dict(block_digests(arrays["layers"], 1, [0, k]), bounds=[first, first + k])
+    return entries
+
+
+def _write_marker(path: Path, checksums: dict) -> None:
+    """A chunk's done marker: its checksums, written atomically. Not fsynced: a marker lost
+    or emptied by a power cut only makes its chunk be computed again (_read_marker)."""
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(checksums))
+
+
+def _read_marker(path: Path) -> dict | None:
+    """A chunk's checksums, or None when it is not done (an empty marker of an earlier
+    version, or a torn one: the chunk is computed again)."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def _file_checksums(markers: list[Path], index: np.ndarray) -> str:
+    """The `checksums` attribute of a complete cache, from its chunks' markers."""
+    chunks = [_read_marker(path) for path in markers]
+    if None in chunks:  # a marker removed or emptied while the chunks after it were computed
+        lost = markers[chunks.index(None)]
+        raise CacheError(f"the done marker {lost} vanished during the extraction; rerun it (that chunk is computed again)")
+    merged = {name: merge_blocks([c[name] for c in chunks if name in c]) for name in ("loss", "hidden", "layers")}
+    merged["layer_index"] = block_digests(index)
+    return json.dumps(merged, sort_keys=True)
+
+
 def extract_to_cache(model, tokens: np.ndarray, out_path, *, identity: dict, settings: ExtractionSettings, device="cpu"):
     """Forward `tokens` (n_seq, seq_len) through `model` and write the cache file at `out_path`.
 
@@ -230,7 +280,7 @@ def extract_to_cache(model, tokens: np.ndarray, out_path, *, identity: dict, set
         with atomic_path(meta_path) as tmp:
             tmp.write_text(json.dumps(meta))
 
-    done = [s for s in starts if marker(s).exists()] if f is not None else []
+    done = [s for s in starts if _read_marker(marker(s)) is not None] if f is not None else []
     if done:
         log.info("resuming %s: %d of %d chunks already done", out_path, len(done), len(starts))
     clock, computed, pinned = time.perf_counter(), 0, {}
@@ -258,13 +308,15 @@ def extract_to_cache(model, tokens: np.ndarray, out_path, *, identity: dict, set
                 first = int(np.argmax(in_chunk))
                 f["layers"][:, first : first + int(in_chunk.sum())] = arrays["layers"]
             f.flush()
-            marker(start).touch()
+            fsync_path(partial)  # the data is on disk before its marker says so
+            _write_marker(marker(start), _chunk_checksums(arrays, start, rows, index, in_chunk))
             seconds["forward"] += tock - tick  # forward, losses, gathers, host copy (synced)
             seconds["write"] += time.perf_counter() - tock
             computed += block.size
             rate = computed / (time.perf_counter() - clock)
             remaining = (n_seq - start - block.shape[0]) * seq_len / rate
             log.info("chunk %d/%d: %.0f tokens/s, about %.0f s left", i + 1, len(starts), rate, remaining)
+        f.attrs[CHECKSUM_ATTR] = _file_checksums([marker(s) for s in starts], index)
         f.attrs["complete"] = True
     finally:
         if f is not None:
@@ -275,8 +327,9 @@ def extract_to_cache(model, tokens: np.ndarray, out_path, *, identity: dict, set
     return seconds
 
 
-def open_cache(path, expect: dict | None = None) -> h5py.File:
-    """Open a cache file for reading after checking it is complete and made from `expect`.
+def open_cache(path, expect: dict | None = None, verify: bool = True) -> h5py.File:
+    """Open a cache file for reading after checking it is complete, made from `expect` and
+    (verify) that every dataset matches the checksums recorded when it was written.
 
     `expect` maps attribute names (e.g. sample_sha256, revision) to the values this reader
     needs; a foreign file (another token sample or revision) raises CacheError.
@@ -295,6 +348,11 @@ def open_cache(path, expect: dict | None = None) -> h5py.File:
             found = f.attrs.get(key)
             if found != value:
                 raise CacheError(f"cache {path} was made with {key}={found!r}, expected {value!r}; delete it and rerun")
+        if verify:
+            try:
+                verify_hdf5(f, path, ("loss", "hidden", "layers", "layer_index"))  # each must have a checksum
+            except IntegrityError as error:
+                raise CacheChecksumError(f"cache {error}") from None
     except Exception:
         f.close()
         raise

@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,24 @@ PICKLE_FILES = ("pytorch_model.bin", "pytorch_model.bin.index.json")
 # tokenizer, corpus, metric; a run name): no '/', no '..', never absolute, no leading dot.
 PATH_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$"
 _PATH_NAME = re.compile(PATH_NAME_PATTERN)
+
+
+def file_kind(path) -> str:
+    """What is at `path`, in words ("a regular file", "a directory", "a FIFO", "a character
+    device", "missing", ...), so a wrong corpus file is not reported as missing."""
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return "missing (it does not exist)"
+    except OSError as error:
+        return f"unreadable ({error.strerror})"
+    kinds = [
+        (stat.S_ISREG, "a regular file"), (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
+    ]
+    return next((name for test, name in kinds if test(mode)), "not a regular file")
 
 
 class ConfigError(ValueError):
@@ -91,6 +110,11 @@ class ModelEntry:
         return self.id, dict(revision=revision, cache_dir=cache_dir or self.cache_dir(revision), local_files_only=True)
 
     def step(self, revision: str) -> int:
+        if revision not in self.revisions:
+            raise ValueError(
+                f"model {self.name}: revision {revision!r} is not one of its revisions ({', '.join(self.revisions)}); "
+                "a table naming it (e.g. best_final.csv) was edited or made from another config: delete it and rerun"
+            )
         return self.steps[self.revisions.index(revision)]
 
     @property
@@ -505,8 +529,12 @@ def _check_references(config: dict, models: dict[str, ModelEntry]) -> None:
             if not spec["files"]:
                 raise ConfigError(f"{key}.files", "no files", "list local .txt or .jsonl files")
             for i, path in enumerate(spec["files"]):
-                if not Path(path).is_file():
-                    raise ConfigError(f"{key}.files[{i}]", f"{path} does not exist", "fix the path")
+                kind = file_kind(path)
+                if kind != "a regular file":
+                    raise ConfigError(
+                        f"{key}.files[{i}]", f"{path} is {kind}, not a regular file",
+                        "give the path of a .txt or .jsonl file (one document per line)",
+                    )
     for name, spec in config["tokenizers"].items():
         if spec["source"] != "toy" and not spec["id"]:
             raise ConfigError(f"tokenizers.{name}.id", "no tokenizer id", "set a hub id or a directory")

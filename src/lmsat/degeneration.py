@@ -17,6 +17,9 @@ and Kobayashi et al. for the attention products):
         attrs            suite, model, revision, step, tokens, n_layers, n_heads,
                          n_kv_heads, d_head, hidden_size, versions, format_version
 
+Both files carry `checksums` (SHA-256 of every dataset, lmsat.integrity), verified by
+read_spectrum / read_attention with their values (finite; singular values >= 0).
+
 lmsat.tables turns these files and the anisotropy metric records into the tidy tables
 behind Figs. 2-5 and the attention figure (lmsat.metrics registers which).
 
@@ -37,6 +40,7 @@ from concurrent.futures import Future
 import h5py
 import numpy as np
 
+from lmsat.integrity import BOUNDS, CHECKSUM_ATTR, check_values, hdf5_checksums, verify_hdf5
 from lmsat.io import atomic_path, check_identity, library_versions, promised_by_path
 
 log = logging.getLogger(__name__)
@@ -143,6 +147,7 @@ def _write(path, arrays: dict[str, np.ndarray], attrs: dict) -> None:
             f.create_dataset(key, data=values)
         f.attrs.update({k: v for k, v in attrs.items() if v is not None})
         f.attrs.update(versions=json.dumps(library_versions(), sort_keys=True), format_version=FORMAT_VERSION)
+        f.attrs[CHECKSUM_ATTR] = hdf5_checksums(arrays)
 
 
 def write_spectrum(path, spectrum: dict, record: dict, tokenizer_size: int | None) -> None:
@@ -166,10 +171,14 @@ def _read(path, datasets: tuple[str, ...]) -> tuple[dict[str, np.ndarray], dict]
             missing = [key for key in datasets if key not in f]
             if missing:
                 raise WeightsFileError(f"{path} lacks datasets {missing}; delete it and rerun")
+            verify_hdf5(f, path, datasets)
             arrays = {key: f[key][...] for key in datasets}
             attrs = {k: (v.item() if isinstance(v, np.generic) else v) for k, v in f.attrs.items()}
     except OSError as error:
         raise WeightsFileError(f"{path} is unreadable or truncated ({error}); delete it and rerun") from error
+    where = f"{attrs.get('model')}@{attrs.get('revision')}"
+    # Singular values are >= 0; every other value finite (cosine-free metrics, unbounded above).
+    check_values(path, where, arrays, bounds={key: BOUNDS["singular_values"] for key in arrays if key.endswith("singular_values")})
     return arrays, attrs
 
 

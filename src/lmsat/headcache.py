@@ -17,7 +17,8 @@ Layout of `results/bottleneck/cache/{model}/{set}_{i:04d}.h5`, one file per shar
     targets        (n,)          int32          the next token of each position
     window_starts  (windows,)    int64          where each window starts in its corpus's token pool
     attrs    model, revision, model_id, set, shard, n_shards, windows, seq_len,
-             hidden_size, storage_dtype, dtype, tokens_sha256, identity, format_version
+             hidden_size, storage_dtype, dtype, tokens_sha256, identity, format_version,
+             checksums (SHA-256 of each dataset, lmsat.integrity: verified by every reader)
 
 Each window of seq_len tokens gives seq_len - 1 pairs. Building is resumable: shards are
 written atomically under `<dir>/.parts/` and kept across a kill; a rerun skips the parts
@@ -44,6 +45,7 @@ import h5py
 import numpy as np
 
 from lmsat.corpus import CorpusError, tokens_sha256
+from lmsat.integrity import CHECKSUM_ATTR, IntegrityError, hdf5_checksums, verify_hdf5
 from lmsat.io import atomic_path, library_versions
 from lmsat.progress import Progress
 
@@ -140,10 +142,13 @@ def _shard_identity(identity: dict, set_name: str, shard: int, tokens: np.ndarra
 
 
 def _existing_identity(path: Path) -> str | None:
+    """The identity of a part left by an earlier run, None when it is torn or corrupt."""
     try:
         with h5py.File(path, "r") as f:
+            verify_hdf5(f, path)
             return f.attrs.get("identity")
-    except OSError:  # torn by a kill: recompute
+    except (OSError, IntegrityError) as error:  # torn by a kill, or corrupt: recompute
+        log.warning("%s: not reused (%s)", path, error)
         return None
 
 
@@ -204,9 +209,11 @@ def build_head_cache(model, token_sets: dict, shard_paths: dict, *, identity: di
             raise ValueError(f"the forward of {identity.get('model')}@{identity.get('revision')} gave non-finite hidden states")
         with atomic_path(part) as tmp, h5py.File(tmp, "w") as f:
             d = hidden.shape[1]
+            window_starts = np.asarray(block_starts, dtype=np.int64)
             f.create_dataset("hidden", data=hidden, chunks=(min(len(hidden), max(1, 2**20 // d)), d))
             f.create_dataset("targets", data=targets)
-            f.create_dataset("window_starts", data=np.asarray(block_starts, dtype=np.int64))
+            f.create_dataset("window_starts", data=window_starts)
+            f.attrs[CHECKSUM_ATTR] = hdf5_checksums(dict(hidden=hidden, targets=targets, window_starts=window_starts))
             f.attrs.update({k: v for k, v in identity.items() if v is not None})
             f.attrs.update(
                 set=set_name, shard=shard, n_shards=n_shards, windows=len(block), seq_len=block.shape[1],

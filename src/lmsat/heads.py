@@ -43,6 +43,7 @@ import torch.nn.functional as F
 import torch.utils.checkpoint
 from torch import nn
 
+from lmsat.integrity import verify_hdf5
 from lmsat.io import atomic_path
 from lmsat.progress import Progress
 
@@ -232,13 +233,14 @@ class ShardedRepresentations:
     single tokens). Batches drawn with the same numpy Generator state are identical.
     """
 
-    def __init__(self, paths: Sequence[str | os.PathLike], seq_len: int = 1):
+    def __init__(self, paths: Sequence[str | os.PathLike], seq_len: int = 1, verify: bool = True):
         if len(paths) == 0:
             raise ValueError("ShardedRepresentations: paths is empty; pass the HDF5 shard files")
         if seq_len < 1:
             raise ValueError(f"ShardedRepresentations: seq_len={seq_len} must be >= 1")
         self.paths = [Path(p) for p in paths]
         self.seq_len = seq_len
+        self.verify = verify  # check each shard against its checksums (lmsat.integrity)
         self._files: list[h5py.File] = []
         self._hidden: list[h5py.Dataset] = []  # dataset handles: looking one up costs ~0.2 ms
         self._targets: list[h5py.Dataset] = []
@@ -292,6 +294,11 @@ class ShardedRepresentations:
                 f"ShardedRepresentations: shard {path} has d={hidden.shape[1]}, the first "
                 f"shard d={self.d}; all shards must come from the same model"
             )
+        if self.verify:  # IntegrityError naming the shard when its data is not what was written
+            try:
+                verify_hdf5(file, path, ("hidden", "targets"))
+            except OSError as error:  # a damaged chunk HDF5 cannot decode
+                raise ShardError(path, error) from error
         self.shard_sizes.append(int(hidden.shape[0]))
         self._hidden.append(hidden)
         self._targets.append(targets)

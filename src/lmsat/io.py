@@ -57,16 +57,38 @@ def atomic_path(path: str | Path):
             tmp.unlink()
 
 
+def fsync_path(path: str | Path) -> None:
+    """Flush a file's (or a directory's) data to the disk: what a marker or rename says is
+    written survives a power cut."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def write_json(path: str | Path, payload) -> None:
+    """An object gets its checksum field (lmsat.integrity.RECORD_FIELD), checked on reading."""
+    from lmsat.integrity import with_record_checksum  # here: lmsat.io itself needs only the stdlib
+
+    if isinstance(payload, dict):
+        payload = with_record_checksum(payload)
     with atomic_path(path) as tmp:
         tmp.write_text(json.dumps(payload, indent=2, sort_keys=True, default=float) + "\n")
 
 
-def read_json(path: str | Path):
+def read_json(path: str | Path, require_checksum: bool = False):
+    """A JSON file; an object with a checksum field must match it (and must have one with
+    require_checksum): lmsat.integrity.IntegrityError otherwise."""
+    from lmsat.integrity import RECORD_FIELD, verify_record
+
     try:
-        return json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as error:
+        payload = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as error:
         raise ValueError(f"{path} is unreadable or not JSON ({error}); delete it and rerun") from error
+    if require_checksum or (isinstance(payload, dict) and RECORD_FIELD in payload):
+        verify_record(payload, path)
+    return payload
 
 
 class IdentityError(ValueError):
@@ -101,8 +123,8 @@ def check_identity(path: str | Path, found: dict, promised: dict) -> None:
 def read_record(path: str | Path, *names: str):
     """A per-checkpoint JSON record whose fields `names` must match the last path components,
     e.g. read_record("results/metrics/loss/m/step8.json", "metric", "model", "revision")."""
-    record = read_json(path)
-    check_identity(path, record if isinstance(record, dict) else {}, promised_by_path(path, *names))
+    record = read_json(path, require_checksum=True)
+    check_identity(path, record, promised_by_path(path, *names))
     return record
 
 

@@ -102,8 +102,8 @@ def loss(cache) -> dict:
     from lmsat.cache import CacheError
 
     values = cache["loss"][...].astype(np.float64)  # (n_seq, seq_len - 1)
-    if not np.isfinite(values).all():
-        raise CacheError(f"{cache.filename}: per-token losses contain NaN/Inf; delete the cache and rerun")
+    if not np.isfinite(values).all() or (values < 0).any():
+        raise CacheError(f"{cache.filename}: per-token losses contain NaN/Inf or negative values; delete the cache and rerun")
     return {"loss": float(values.mean()), "loss_sem": float(values.std() / np.sqrt(values.size)), "n_tokens": int(values.size)}
 
 

@@ -20,6 +20,7 @@ import pandas as pd
 from lmsat.degeneration import ATTENTION_KINDS, ATTENTION_SCALARS, RECORD_KEYS, read_attention, read_spectrum
 from lmsat.evaluation import CHECKPOINT_ORDER, TABLE1_TASKS, metric_value
 from lmsat.evaluation import METRICS as TABLE1_METRICS
+from lmsat.integrity import BOUNDS, TABLE_COLUMN, check_values, csv_with_checksum, require_keys, verify_csv, verify_hdf5
 from lmsat.io import atomic_path, check_identity, library_versions, promised_by_path, read_json, read_record, source_sha256
 from lmsat.scaling import fit_scaling_law, predict, shortfall
 from lmsat.spectra import effective_rank, identical_heads, singular_entropy, stable_rank
@@ -64,17 +65,27 @@ def loss_table(records: list[dict], model_order: list[str] | None = None) -> pd.
 # ---------------------------------------------------------------- per-checkpoint metric tables
 
 
-def metric_records(files) -> list[dict]:
-    """The JSON records of rule compute_checkpoint_metric, each checked against its path."""
-    return [read_record(path, "metric", "model", "revision") for path in files]
+def metric_records(files, values: tuple[str, ...] = ()) -> list[dict]:
+    """The JSON records of rule compute_checkpoint_metric, each checked against its path and
+    its checksum; each of `values` must be there, a number, finite and within the bounds
+    the truth sets (lmsat.integrity.BOUNDS): an IntegrityError naming file, checkpoint and key."""
+    records = []
+    for path in files:
+        record = read_record(path, "metric", "model", "revision")
+        where = f"{record.get('model')}@{record.get('revision')}"
+        require_keys(path, where, record, values)
+        check_values(path, where, {key: record[key] for key in values})
+        records.append(record)
+    return records
 
 
 def loss_from_records(files, needed: dict, model_order: list[str] | None) -> pd.DataFrame:
-    return loss_table(metric_records(files), model_order)
+    return loss_table(metric_records(files, ("loss", "loss_sem")), model_order)
 
 
 def anisotropy_from_records(files, needed: dict, model_order: list[str] | None, part: int) -> pd.DataFrame:
-    return anisotropy_tables(metric_records(files), needed["loss"], model_order)[part]
+    records = metric_records(files, ("anisotropy_layers", "anisotropy_last"))
+    return anisotropy_tables(records, needed["loss"], model_order)[part]
 
 
 def spectra_from_files(files, needed: dict, model_order: list[str] | None, part: int) -> pd.DataFrame:
@@ -88,7 +99,7 @@ def attention_from_files(files, needed: dict, model_order: list[str] | None) -> 
 def scalars_from_records(files, needed: dict, model_order: list[str] | None, columns: tuple[str, ...]) -> pd.DataFrame:
     """One row per checkpoint: RECORD_KEYS, is_final and the metric's scalar `columns`,
     in the plan's model order and by step (any metric's values along training)."""
-    records = metric_records(files)
+    records = metric_records(files, tuple(c for c in columns if c != "n_tokens"))
     if not records:
         raise ValueError(f"no records to tabulate (columns {list(columns)})")
     table = _flag_final(pd.DataFrame.from_records(records))
@@ -322,7 +333,14 @@ def write_csv(table: pd.DataFrame, path, config_sha256: str | None = None, input
         table = with_provenance(table, config_sha256, inputs)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(path) as tmp:
-        table.to_csv(tmp, index=False)
+        tmp.write_text(csv_with_checksum(table.to_csv(index=False, lineterminator="\n")))
+
+
+def read_table(path) -> pd.DataFrame:
+    """A table written by write_csv, after checking it against its checksum column (which
+    is dropped): lmsat.integrity.IntegrityError naming the file otherwise."""
+    verify_csv(path)
+    return pd.read_csv(path).drop(columns=TABLE_COLUMN)
 
 
 # ---- best and final checkpoints, Table 1
@@ -567,6 +585,10 @@ def ngram_werror_table(paths) -> pd.DataFrame:
             attrs = {k: f.attrs[k] for k in ("corpus", "tokenizer", "order", "n_tokens", "n_contexts", "vocab_size")}
             attrs = {k: (v.item() if hasattr(v, "item") else v) for k, v in attrs.items()}
             check_identity(path, attrs, promised_by_path(path, "corpus", "tokenizer"))
+            verify_hdf5(f, path)
+            spectra = {name: f[name][...] for name in ("singular_values", "truth_singular_values") if name in f}
+            check_values(path, f"{attrs['corpus']} x {attrs['tokenizer']}", spectra,
+                         bounds={name: BOUNDS["singular_values"] for name in spectra})
             tables.append(curve_rows(f["singular_values"][...], **attrs, kind="empirical"))
             if "truth_singular_values" in f:
                 truth = dict(attrs, n_tokens=0, n_contexts=float(f.attrs["truth_n_contexts"]))
@@ -677,14 +699,17 @@ def read_head_inputs(run_paths, manifest_paths, spectra_paths) -> tuple[list[dic
 
     runs = []
     for path in map(Path, run_paths):
-        run = read_json(path)
+        run = read_json(path, require_checksum=True)
         found = dict(model=run.get("model"), rank=run.get("rank"), peak_lr=lr_label(float(run.get("peak_lr", "nan"))))
         promised = dict(model=path.parent.parent.name, rank=path.parent.name[1:], peak_lr=path.stem[2:])
         check_identity(path, found, promised)
+        where = f"{run['model']} rank {run['rank']} lr {run['peak_lr']}"
+        require_keys(path, where, run, ("eval_loss", "eval_acc"))
+        check_values(path, where, {key: run[key] for key in ("eval_loss", "eval_acc")})  # loss >= 0, accuracy in [0, 1]
         runs.append(run)
     manifests = {}
     for path in map(Path, manifest_paths):
-        manifest = read_json(path)
+        manifest = read_json(path, require_checksum=True)
         check_identity(path, manifest, dict(model=path.parent.name))
         manifests[manifest["model"]] = manifest
     spectra = {}

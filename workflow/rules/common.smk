@@ -1,6 +1,5 @@
 # The workflow's Python: config validation, model/revision/metric tables, input functions.
 import copy
-import csv
 import re
 import sys
 from dataclasses import asdict, replace
@@ -43,6 +42,7 @@ from lmsat.corpus import corpus_inputs
 from lmsat.evaluation import OFFLINE_TASKS, STORYCLOZE_2016_FILES
 from lmsat.fetch import checkpoint_disk_mb, estimated_parameters
 from lmsat.headcache import shard_count
+from lmsat.integrity import selected_revision as checked_selection
 from lmsat.figures import FIGURES
 from lmsat.metrics import METRICS, table_metric
 from lmsat.staging import needs_staging_corpus, needs_staging_tokenizer
@@ -482,13 +482,9 @@ def selected_revision(model, kind):
     """Revision of `model` picked as `kind`; the best one is read from the checkpoint output."""
     if kind == "final":
         return MODELS[model].final_revision
-    with open(checkpoints.select_checkpoints.get(run=RUN).output[0]) as handle:
-        for row in csv.DictReader(handle):
-            if row["model"] == model and row["kind"] == kind:
-                return row["revision"]
-    raise ValueError(
-        f"results/{RUN}/tables/best_final.csv: no {kind} checkpoint of model {model}"
-    )
+    selection = checkpoints.select_checkpoints.get(run=RUN).output[0]
+    loss = f"results/{RUN}/tables/loss.csv"
+    return checked_selection(selection, loss, model, kind, MODELS[model].revisions)
 
 
 def task_files(task):

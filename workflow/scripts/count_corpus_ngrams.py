@@ -12,6 +12,7 @@ import logging
 import h5py
 
 from lmsat.corpus import iter_documents
+from lmsat.integrity import hdf5_checksums
 from lmsat.io import atomic_path, library_versions, setup_logging
 from lmsat.models import job_device, load_tokenizer
 from lmsat.ngram_werror import MAX_TRUTH_ORDER, corpus_spectrum, true_ngram_spectrum
@@ -50,6 +51,7 @@ def main(snakemake):
             **{k: spectrum[k] for k in ("n_tokens", "n_contexts", "n_ngrams", "vocab_size")},
             versions=json.dumps(library_versions(), sort_keys=True),
         )
+        f.attrs["checksums"] = hdf5_checksums({name: f[name][...] for name in f})  # lmsat.integrity
 
 
 if __name__ == "__main__":

@@ -14,10 +14,8 @@ import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
 import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
 import logging
 
-import pandas as pd
-
 from lmsat.io import read_record, setup_logging
-from lmsat.tables import model_sizes, scaled_models, scaling_tables
+from lmsat.tables import model_sizes, read_table, scaled_models, scaling_tables
 from lmsat.tables import write_csv
 
 log = logging.getLogger(__name__)
@@ -27,7 +25,7 @@ def main(snakemake):
     setup_logging(snakemake.log[0])
     params = snakemake.params
     settings = params.scaling
-    configured, selection = scaled_models(params.n_params, pd.read_csv(snakemake.input.selection), settings["models"])
+    configured, selection = scaled_models(params.n_params, read_table(snakemake.input.selection), settings["models"])
     sizes = model_sizes(configured, [read_record(path, "model") for path in snakemake.input.counts], settings["params"])
     fit_row, table = scaling_tables(selection, sizes, settings, seed=params.seed)
     log.info("law:\n%s\nshortfall:\n%s", fit_row.T.to_string(), table.to_string())

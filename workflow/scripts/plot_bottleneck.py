@@ -2,16 +2,16 @@
 
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
 import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
-import pandas as pd
 
 from lmsat.figures.bottleneck import plot_rank_heads, plot_werror_loss
 from lmsat.io import setup_logging
+from lmsat.tables import read_table
 
 
 def main(snakemake):
     setup_logging(snakemake.log[0])
     output = snakemake.output
-    heads = pd.read_csv(snakemake.input.heads)
+    heads = read_table(snakemake.input.heads)
     plot_rank_heads(heads, [output.fig6_png, output.fig6_pdf])
     plot_werror_loss(heads, [output.fig8_png, output.fig8_pdf])
 

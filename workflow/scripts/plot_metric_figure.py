@@ -2,16 +2,16 @@
 
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
 import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
-import pandas as pd
 
 from lmsat.figures import FIGURES
 from lmsat.io import setup_logging
+from lmsat.tables import read_table
 
 
 def main(snakemake):
     setup_logging(snakemake.log[0])
     figure = FIGURES[snakemake.wildcards.figure]
-    tables = {name: pd.read_csv(snakemake.input[name]) for name in figure.tables}
+    tables = {name: read_table(snakemake.input[name]) for name in figure.tables}
     options = dict(snakemake.params.options)
     if figure.entropy_rate:
         options["entropy_rate"] = None

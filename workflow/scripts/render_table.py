@@ -6,16 +6,15 @@ import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
 
 from pathlib import Path
 
-import pandas as pd
-
 from lmsat.io import atomic_path, setup_logging
 from lmsat.report import table_page
+from lmsat.tables import read_table
 
 
 def main(snakemake):
     setup_logging(snakemake.log[0])
     source = Path(snakemake.input[0])
-    html = table_page(pd.read_csv(source), source.name, csv_bytes=source.read_bytes())
+    html = table_page(read_table(source), source.name, csv_bytes=source.read_bytes())
     with atomic_path(snakemake.output[0]) as tmp:
         Path(tmp).write_text(html, encoding="utf-8")
 

@@ -10,17 +10,15 @@ import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
 import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
 import logging
 
-import pandas as pd
-
 from lmsat.io import setup_logging
-from lmsat.tables import select_checkpoints, write_csv
+from lmsat.tables import read_table, select_checkpoints, write_csv
 
 log = logging.getLogger(__name__)
 
 
 def main(snakemake):
     setup_logging(snakemake.log[0])
-    table = select_checkpoints(pd.read_csv(snakemake.input[0]))
+    table = select_checkpoints(read_table(snakemake.input[0]))
     for row in table.itertuples():
         log.info("%s %s: %s (step %d, loss %.4f)", row.model, row.kind, row.revision, row.step, row.loss)
     write_csv(table, snakemake.output[0])

@@ -11,7 +11,7 @@ import pandas as pd
 
 from lmsat.io import atomic_path, setup_logging
 from lmsat.report import key_numbers, paper_comparison, paper_values, summary_page
-from lmsat.tables import write_csv
+from lmsat.tables import read_table, write_csv
 
 log = logging.getLogger(__name__)
 
@@ -27,11 +27,11 @@ def shortfalls(fit) -> str:
 def main(snakemake):
     setup_logging(snakemake.log[0])
     inputs, params = snakemake.input, snakemake.params
-    loss = pd.read_csv(inputs.loss)
-    fit = pd.read_csv(inputs.fit).iloc[0]
-    shortfall = pd.read_csv(inputs.shortfall)
-    table1 = pd.read_csv(inputs.table1) if "table1" in inputs.keys() else None
-    heads = pd.read_csv(inputs.heads) if "heads" in inputs.keys() else None
+    loss = read_table(inputs.loss)
+    fit = read_table(inputs.fit).iloc[0]
+    shortfall = read_table(inputs.shortfall)
+    table1 = read_table(inputs.table1) if "table1" in inputs.keys() else None
+    heads = read_table(inputs.heads) if "heads" in inputs.keys() else None
     paper = paper_values()
     comparison = paper_comparison(paper, dict(params.suites), fit=fit, table1=table1, heads=heads)
     numbers = key_numbers(loss, dict(params.hidden_sizes), shortfall=shortfall, heads=heads)

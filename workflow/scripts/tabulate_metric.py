@@ -3,11 +3,10 @@ per-checkpoint files and the tables it needs, written with its provenance."""
 
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
 import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
-import pandas as pd
 
 from lmsat.io import setup_logging
 from lmsat.metrics import METRICS
-from lmsat.tables import write_csv
+from lmsat.tables import read_table, write_csv
 
 
 def main(snakemake):
@@ -15,7 +14,7 @@ def main(snakemake):
     params, name = snakemake.params, snakemake.wildcards.table
     table = METRICS[params.metric].tables[name]
     files = list(snakemake.input.files)
-    needed = {need: pd.read_csv(snakemake.input[need]) for need in table.needs}
+    needed = {need: read_table(snakemake.input[need]) for need in table.needs}
     frame = table.build(files, needed, params.models)
     write_csv(frame, snakemake.output[0], params.config_sha256, files if table.row_provenance else ())
 
