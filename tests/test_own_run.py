@@ -81,7 +81,8 @@ class Windows:
         return {"input_ids": self.tokens[i], "labels": self.tokens[i]}
 
 
-def train(out: Path, text: Path, max_steps: int, save_steps: int, resume: bool = False, tokenizer=None):
+def train(out: Path, text: Path, max_steps: int, save_steps: int, resume: bool = False, tokenizer=None,
+          hidden_size: int = 16):
     """Train (or go on training) a tiny GPT-NeoX with the real Trainer, saving checkpoints
     `checkpoint-{N}` every save_steps steps, the tokenizer in each (processing_class)."""
     import torch
@@ -94,7 +95,7 @@ def train(out: Path, text: Path, max_steps: int, save_steps: int, resume: bool =
         tokenizer = PreTrainedTokenizerFast.from_pretrained(out / "tokenizer") if resume else train_tokenizer(text)
     if not resume:
         tokenizer.save_pretrained(out / "tokenizer")
-    config = GPTNeoXConfig(vocab_size=len(tokenizer) + 4, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+    config = GPTNeoXConfig(vocab_size=len(tokenizer) + 4, hidden_size=hidden_size, num_hidden_layers=2, num_attention_heads=2,
                            intermediate_size=32, max_position_embeddings=64, tie_word_embeddings=False,
                            eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.eos_token_id)
     args = TrainingArguments(
@@ -165,6 +166,30 @@ def test_init_without_a_record_of_tokens_per_step_names_the_key(small_run, tmp_p
     assert yaml.safe_load((tmp_path / "x.yaml").read_text())["suites"]["run"]["tokens_per_step"] == 128
     no_text = init(run, "-o", tmp_path / "y.yaml", "--tokens-per-step", "128")
     assert no_text.returncode == 2 and "--text" in no_text.stderr
+
+
+def test_init_on_runs_of_two_widths_plans_a_scaling_fit(small_run, tmp_path):
+    from transformers import PreTrainedTokenizerFast
+
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(small_run / "out" / "tokenizer")
+    runs = tmp_path / "runs"
+    for d in (16, 32):
+        train(runs / f"d{d}", small_run / "train.txt", max_steps=4, save_steps=2, tokenizer=tokenizer, hidden_size=d)
+    done = init(runs, "--text", small_run / "eval.txt", "-o", tmp_path / "two.yaml", "--run", "widths")
+    assert done.returncode == 0, done.stderr
+    config = yaml.safe_load((tmp_path / "two.yaml").read_text())
+    assert [m["hidden_size"] for m in config["suites"]["widths"]["models"]] == [16, 32]
+    scaling = config["scaling"]
+    assert scaling["enabled"] and scaling["B"] == scaling["E"] == 0 and "fit" in (tmp_path / "two.yaml").read_text()
+    plan = load_plan(config, SCHEMA)
+    assert list(plan.models) == ["d16", "d32"] and plan.models["d32"].steps == (2, 4)
+    assert scaling["min_params"] <= min(scaling_counts(plan).values())
+
+
+def scaling_counts(plan):
+    from lmsat.scaling import count_model_parameters
+
+    return {name: count_model_parameters(m)["non_embedding"] for name, m in plan.models.items()}
 
 
 def local_config(folder: Path, text: Path, tokenizer: Path, **model) -> dict:
