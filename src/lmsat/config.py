@@ -771,9 +771,12 @@ def offline_defaults(config: dict) -> dict:
     or toy models turned off where the suites have none of them: the paper's lm-eval tasks
     (their datasets are on the hub) and the toy language's ground-truth check. A value the
     config gives is kept."""
+    suites = config.get("suites") if isinstance(config, dict) else None
+    if not isinstance(suites, dict):
+        return config  # validation reports it
     sources = {
         model.get("source", "hub")
-        for suite in (config.get("suites") or {}).values()
+        for suite in suites.values()
         if isinstance(suite, dict)
         for model in (suite.get("models") or [])
         if isinstance(model, dict)

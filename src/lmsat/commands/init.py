@@ -17,6 +17,7 @@ scaling fit only for two model sizes or more, and is checked by planning before 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
@@ -62,8 +63,6 @@ def run(args: argparse.Namespace) -> int:
 
 def path_name(name: str) -> str:
     """`name` as a safe path component (lmsat.config.PATH_NAME_PATTERN)."""
-    import re
-
     safe = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-._")[:200] or "run"
     if not re.fullmatch(PATH_NAME_PATTERN, safe):
         safe = "run-" + safe
@@ -123,9 +122,9 @@ def tokens_per_step(folder: Path, glob: str, given: int | None, key: str) -> tup
     if not counts:
         raise InitError(
             f"{folder}: no checkpoint records its tokens per optimizer step in plain text (trainer_state.json with "
-            "num_input_tokens_seen or total_flos); config key '{key}' needs it (T = step x tokens_per_step): rerun with "
-            "--tokens-per-step N (N = per-device batch x gradient accumulation x devices x sequence length), or train "
-            "with include_num_input_tokens_seen=True".replace("{key}", key)
+            f"num_input_tokens_seen or total_flos); config key '{key}' needs it (T = step x tokens_per_step): rerun "
+            "with --tokens-per-step N (N = per-device batch x gradient accumulation x devices x sequence length), or "
+            "train with include_num_input_tokens_seen=True"
         )
     return next(iter(records.values()))
 
