@@ -86,15 +86,14 @@ def train(out: Path, text: Path, max_steps: int, save_steps: int, resume: bool =
     """Train (or go on training) a tiny GPT-NeoX with the real Trainer, saving checkpoints
     `checkpoint-{N}` every save_steps steps, the tokenizer in each (processing_class)."""
     import torch
-    from transformers import (GPTNeoXConfig, GPTNeoXForCausalLM, PreTrainedTokenizerFast, Trainer, TrainingArguments,
+    from transformers import (GPTNeoXConfig, GPTNeoXForCausalLM, Trainer, TrainingArguments,
                               default_data_collator)
 
     torch.manual_seed(0)
     torch.set_num_threads(1)
     if tokenizer is None:
-        tokenizer = PreTrainedTokenizerFast.from_pretrained(out / "tokenizer") if resume else train_tokenizer(text)
-    if not resume:
-        tokenizer.save_pretrained(out / "tokenizer")
+        tokenizer = train_tokenizer(text)
+    tokenizer.save_pretrained(out.parent / f"{out.name}-tokenizer")  # Trainer saves it in each checkpoint
     config = GPTNeoXConfig(vocab_size=len(tokenizer) + 4, hidden_size=hidden_size, num_hidden_layers=2, num_attention_heads=2,
                            intermediate_size=32, max_position_embeddings=64, tie_word_embeddings=False,
                            eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.eos_token_id)
@@ -177,7 +176,7 @@ def test_init_without_a_record_of_tokens_per_step_names_the_key(small_run, tmp_p
 def test_init_on_runs_of_two_widths_plans_a_scaling_fit(small_run, tmp_path):
     from transformers import PreTrainedTokenizerFast
 
-    tokenizer = PreTrainedTokenizerFast.from_pretrained(small_run / "out" / "tokenizer")
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(small_run / "out-tokenizer")
     runs = tmp_path / "runs"
     for d in (16, 32):
         train(runs / f"d{d}", small_run / "train.txt", max_steps=4, save_steps=2, tokenizer=tokenizer, hidden_size=d)
@@ -212,7 +211,7 @@ def local_config(folder: Path, text: Path, tokenizer: Path, **model) -> dict:
 
 
 def test_planning_discovers_checkpoints_reads_and_checks_the_architecture(small_run, tmp_path):
-    out, text, tokenizer = small_run / "out", small_run / "eval.txt", small_run / "out" / "tokenizer"
+    out, text, tokenizer = small_run / "out", small_run / "eval.txt", small_run / "out-tokenizer"
     plan = load_plan(local_config(out, text, tokenizer), SCHEMA)
     model = plan.models["mine"]
     assert model.revisions == ("checkpoint-2", "checkpoint-4", "checkpoint-6") and model.steps == (2, 4, 6)
@@ -234,7 +233,7 @@ def test_planning_discovers_checkpoints_reads_and_checks_the_architecture(small_
 
 
 def test_step_patterns_of_the_trainers_and_a_suggestion_when_one_fails(small_run, tmp_path):
-    out, text, tokenizer = small_run / "out", small_run / "eval.txt", small_run / "out" / "tokenizer"
+    out, text, tokenizer = small_run / "out", small_run / "eval.txt", small_run / "out-tokenizer"
     for name in ("checkpoint-500", "checkpoint_5", "step500", "step-500", "iter_0000500", "global_step500"):
         assert int(re.search(rundir.DEFAULT_STEP_REGEX, name).group(1)) in (5, 500)
     run = tmp_path / "ckpts"
@@ -258,7 +257,7 @@ def test_step_patterns_of_the_trainers_and_a_suggestion_when_one_fails(small_run
 
 
 def test_the_config_alone_decides_the_scaling_fit_and_hub_models_state_their_width(small_run, default_config):
-    out, text, tokenizer = small_run / "out", small_run / "eval.txt", small_run / "out" / "tokenizer"
+    out, text, tokenizer = small_run / "out", small_run / "eval.txt", small_run / "out-tokenizer"
     config = local_config(out, text, tokenizer)
     config["scaling"] = {}  # a fit (the default), but one model size
     with pytest.raises(ConfigError, match=r"scaling.min_params': the Fig. 1b fit of A and alpha needs two model sizes .*"
@@ -284,7 +283,7 @@ def test_local_example_config_plans(tmp_path, small_run):
     example = yaml.safe_load((ROOT / "config" / "local-example.yaml").read_text())
     (suite,) = example["suites"].values()
     suite["models"][0]["id"] = str(small_run / "out")
-    example["tokenizers"]["own"]["id"] = str(small_run / "out" / "tokenizer")
+    example["tokenizers"]["own"]["id"] = str(small_run / "out-tokenizer")
     example["corpora"]["text"]["files"] = [str(small_run / "eval.txt")]
     plan = load_plan(example, SCHEMA)
     assert plan.models[suite["models"][0]["name"]].steps == (2, 4, 6)

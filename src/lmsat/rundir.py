@@ -101,9 +101,11 @@ def read_config(directory: Path) -> dict:
 
 def find_tokenizer(run_dir: Path, checkpoints: list[str]) -> Path | None:
     """The tokenizer saved beside the checkpoints: in the run folder itself (trainer.save_model,
-    tokenizer.save_pretrained(output_dir)), else in the latest checkpoint (Trainer saves its
-    processing_class into each one); None if there is none."""
-    for candidate in [Path(run_dir)] + [Path(run_dir) / name for name in reversed(checkpoints)]:
+    tokenizer.save_pretrained(output_dir)) or a sub-folder that is no checkpoint, else in the
+    latest checkpoint (Trainer saves its processing_class into each one); None if none."""
+    run_dir = Path(run_dir)
+    others = sorted(p for p in run_dir.iterdir() if p.is_dir() and p.name not in checkpoints)
+    for candidate in [run_dir, *others] + [run_dir / name for name in reversed(checkpoints)]:
         if any((candidate / name).is_file() for name in TOKENIZER_FILES):
             return candidate
     return None

@@ -190,7 +190,9 @@ def build_config(args: argparse.Namespace) -> tuple[dict, dict]:
     contexts = [context_length(rundir.read_config(Path(m["id"]) / notes["folders"][m["name"]][-1][0])) for m in models]
     context = min([found[1] for found in contexts if found] or [MAX_SEQ_LEN])
     n_tokens, seq_len, pool = sample_size(args.text, Path(tokenizer_dir), context)
-    notes.update(pool=pool, tokenizer=Path(tokenizer_dir).resolve())
+    in_checkpoint = any(Path(tokenizer_dir).resolve() == (Path(m["id"]) / name).resolve()
+                        for m in models for name, _ in notes["folders"][m["name"]])
+    notes.update(pool=pool, tokenizer=Path(tokenizer_dir).resolve(), tokenizer_in_checkpoint=in_checkpoint)
     config = dict(
         run=run_name,
         seed=0,
@@ -256,7 +258,9 @@ def commented(config: dict, notes: dict, command: str, output: Path) -> str:
         "# are analysed by the next snakemake); width, depth, vocabulary and tied head are read from\n"
         "# their config.json and checked against it at every planning.\n",
         dump({"suites": config["suites"]}),
-        f"# The tokenizer saved beside the checkpoints ({notes['tokenizer']}).\n",
+        f"# The tokenizer saved beside the checkpoints ({notes['tokenizer']}).\n"
+        + ("# It lives in a checkpoint: if the trainer deletes old checkpoints (save_total_limit), copy it\n"
+           "# elsewhere and point `id` there.\n" if notes["tokenizer_in_checkpoint"] else ""),
         dump({"tokenizers": config["tokenizers"]}),
         f"# The eval token sample: {config['sample']['n_tokens']} tokens in sequences of {config['sample']['seq_len']} "
         f"(the model's context, at most 2048)\n# drawn from the first {notes['pool']} tokens of this text.\n",
