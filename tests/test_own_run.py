@@ -234,6 +234,8 @@ def test_planning_discovers_checkpoints_reads_and_checks_the_architecture(small_
 
 def test_step_patterns_of_the_trainers_and_a_suggestion_when_one_fails(small_run, tmp_path):
     out, text, tokenizer = small_run / "out", small_run / "eval.txt", small_run / "out-tokenizer"
+    schema = yaml.safe_load(SCHEMA.read_text())
+    assert schema["$defs"]["revisions"]["properties"]["step_regex"]["default"] == rundir.DEFAULT_STEP_REGEX
     for name in ("checkpoint-500", "checkpoint_5", "step500", "step-500", "iter_0000500", "global_step500"):
         assert int(re.search(rundir.DEFAULT_STEP_REGEX, name).group(1)) in (5, 500)
     run = tmp_path / "ckpts"

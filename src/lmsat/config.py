@@ -20,7 +20,7 @@ from pathlib import Path
 import jsonschema
 import yaml
 
-from lmsat import schedules
+from lmsat import rundir, schedules
 
 TOY_ORG = "lmsat-toy"
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
@@ -380,13 +380,11 @@ def _revisions(spec: dict, suite: dict, config: dict, spec_key: str):
 
 def _step_regex_suggestion(names: list[str], step_regex: str) -> str:
     """A step_regex for the first of `names` that `step_regex` does not read (or '')."""
-    from lmsat.rundir import suggest_step_regex
-
     for name in names:
         try:
             schedules.parse_step(name, step_regex)
         except ValueError:
-            return suggest_step_regex(name)
+            return rundir.suggest_step_regex(name)
     return ""
 
 
@@ -798,8 +796,6 @@ def resolve_local_runs(config: dict) -> dict:
     """`config` (validated) with every local model's discovered revisions listed and its
     architecture filled from the checkpoints' config.json (or checked against it); a hub or
     toy model must state its hidden size. ConfigError naming the key and the fix."""
-    from lmsat import rundir
-
     config = copy.deepcopy(config)
     for suite_name, suite in config["suites"].items():
         for index, model in enumerate(suite["models"]):
@@ -822,14 +818,14 @@ def resolve_local_runs(config: dict) -> dict:
                     )
                 continue
             if spec["discover"]:
-                model["revisions"] = _discovered(spec, spec_key, model, key, rundir)
+                model["revisions"] = _discovered(spec, spec_key, model, key)
                 spec, spec_key = model["revisions"], f"{key}.revisions"
             revisions, _ = _revisions(spec, suite, config, spec_key)
-            _fill_architecture(model, key, [Path(model["id"]) / r for r in revisions], rundir)
+            _fill_architecture(model, key, [Path(model["id"]) / r for r in revisions])
     return config
 
 
-def _discovered(spec: dict, spec_key: str, model: dict, key: str, rundir) -> dict:
+def _discovered(spec: dict, spec_key: str, model: dict, key: str) -> dict:
     """The model's revisions spec with the checkpoints `discover` finds as its explicit list."""
     pattern, folder = spec["discover"], Path(model["id"])
     if spec["list"] or spec["schedule"] != "list":
@@ -863,7 +859,7 @@ def _discovered(spec: dict, spec_key: str, model: dict, key: str, rundir) -> dic
     return dict(spec, discover="", list=[name for name, _ in found.revisions], steps=[step for _, step in found.revisions])
 
 
-def _fill_architecture(model: dict, key: str, directories: list[Path], rundir) -> None:
+def _fill_architecture(model: dict, key: str, directories: list[Path]) -> None:
     """Fill `model`'s hidden_size, num_layers, vocab_size and tied_head from its checkpoints'
     config.json, or check the values it gives; every checkpoint must state the same ones."""
     stated: dict = {}
