@@ -21,7 +21,7 @@ from pathlib import Path
 import jsonschema
 import yaml
 
-from lmsat import schedules
+from lmsat import rundir, schedules
 
 TOY_ORG = "lmsat-toy"
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
@@ -389,15 +389,27 @@ def _revisions(spec: dict, suite: dict, config: dict, spec_key: str):
             try:
                 steps = [schedules.parse_step(name, spec["step_regex"]) for name in names]
             except ValueError as error:
+                suggestion = _step_regex_suggestion(names, spec["step_regex"])
                 raise ConfigError(
                     f"{spec_key}.step_regex", str(error),
-                    "make its first group match the training step's digits, or list the steps in `steps`",
+                    (f"set step_regex: '{suggestion}', or " if suggestion else "")
+                    + "make its first group match the training step's digits, or list the steps in `steps`",
                 ) from None
     if len(set(names)) != len(names):
         raise ConfigError(spec_key, "duplicate revision names", "list each revision once")
     order = sorted(range(len(names)), key=lambda i: steps[i])
     pairs = schedules.log_subsample([(names[i], steps[i]) for i in order], spec["subsample"], key=lambda p: p[1])
     return tuple(p[0] for p in pairs), tuple(p[1] for p in pairs)
+
+
+def _step_regex_suggestion(names: list[str], step_regex: str) -> str:
+    """A step_regex for the first of `names` that `step_regex` does not read (or '')."""
+    for name in names:
+        try:
+            schedules.parse_step(name, step_regex)
+        except ValueError:
+            return rundir.suggest_step_regex(name)
+    return ""
 
 
 CONTEXT_FIELDS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
@@ -778,19 +790,21 @@ def load_plan(config: dict, schema: str | Path | dict, default_run: str = "defau
     """Validate `config` against the schema (a dict or its YAML file), fill defaults, check
     references, expand. `default_run` names the run when the config does not (the stem of
     its config file)."""
-    config = validate_config(config, schema if isinstance(schema, dict) else load_yaml(schema))
+    config = validate_config(offline_defaults(config), schema if isinstance(schema, dict) else load_yaml(schema))
     config = {
         key: _canonical(value, keep_order=key in ("suites", "tokenizers", "corpora"))
         for key, value in sorted(config.items())
     }
     config["run"] = check_path_name("run", config["run"] or default_run, "run name")
     results = f"results/{config['run']}"
+    config = resolve_local_runs(config)
     config = select(config)
     _locate_run_files(config, results)
     models = _models(config, results)
     _refuse_ambiguous_plan(config, models)
     _check_references(config, models)
     _check_sections(config, models)
+    check_scaling_plan(config, models)
     return Plan(config=config, models=by_size(models))
 
 
@@ -845,3 +859,189 @@ def by_size(models: dict[str, ModelEntry]) -> dict[str, ModelEntry]:
     suites = list(dict.fromkeys(m.suite for m in models.values()))
     ordered = sorted(models.values(), key=lambda m: (suites.index(m.suite), m.size))
     return {m.name: m for m in ordered}
+
+
+# ---------------------------------------------------------------- your own training run
+# A local run folder (`source: local`, `id: <folder>`) is read at planning: its checkpoints
+# are discovered (`revisions: {discover: "checkpoint-*"}`), and width, depth, vocabulary and
+# tied head come from their config.json (given values are checked against it). Honest
+# defaults for a plan without hub or toy models keep it offline (lmsat.rundir; lmsat init).
+
+ARCHITECTURE_KEYS = ("hidden_size", "num_layers", "vocab_size", "tied_head")
+
+
+def offline_defaults(config: dict) -> dict:
+    """`config` (as given, before validation) with the defaults that only make sense for hub
+    or toy models turned off where the suites have none of them: the paper's lm-eval tasks
+    (their datasets are on the hub) and the toy language's ground-truth check. A value the
+    config gives is kept."""
+    suites = config.get("suites") if isinstance(config, dict) else None
+    if not isinstance(suites, dict):
+        return config  # validation reports it
+    sources = {
+        model.get("source", "hub")
+        for suite in suites.values()
+        if isinstance(suite, dict)
+        for model in (suite.get("models") or [])
+        if isinstance(model, dict)
+    }
+    if not sources:
+        return config
+    config = copy.deepcopy(config)
+    if "hub" not in sources and "tasks" not in (config.get("evaluation") or {}):
+        config["evaluation"] = {**(config.get("evaluation") or {}), "tasks": []}
+    if "toy" not in sources:
+        ngrams = dict(config.get("ngrams") or {})
+        truth = dict(ngrams.get("ground_truth") or {})
+        if "sample_sizes" not in truth:
+            config["ngrams"] = {**ngrams, "ground_truth": {**truth, "sample_sizes": []}}
+    return config
+
+
+def resolve_local_runs(config: dict) -> dict:
+    """`config` (validated) with every local model's discovered revisions listed and its
+    architecture filled from the checkpoints' config.json (or checked against it); a hub or
+    toy model must state its hidden size. ConfigError naming the key and the fix."""
+    config = copy.deepcopy(config)
+    for suite_name, suite in config["suites"].items():
+        for index, model in enumerate(suite["models"]):
+            key = f"suites.{suite_name}.models[{index}]"
+            if model.get("revisions"):
+                spec, spec_key = model["revisions"], f"{key}.revisions"
+            else:
+                spec, spec_key = suite["revisions"], f"suites.{suite_name}.revisions"
+            if model["source"] != "local":
+                if spec["discover"]:
+                    raise ConfigError(
+                        f"{spec_key}.discover", f"model {model['name']} is a {model['source']} model; discover "
+                        "finds checkpoint directories in a local run folder",
+                        "set the model's source: local and id: its run folder, or list its revisions in `list`",
+                    )
+                if not model["hidden_size"]:
+                    raise ConfigError(
+                        f"{key}.hidden_size", f"{model['source']} model {model['name']} has no hidden size",
+                        "set it (config.json's hidden_size); only a local model's is read at planning",
+                    )
+                continue
+            if spec["discover"]:
+                model["revisions"] = _discovered(spec, spec_key, model, key)
+                spec, spec_key = model["revisions"], f"{key}.revisions"
+            revisions, _ = _revisions(spec, suite, config, spec_key)
+            _fill_architecture(model, key, [Path(model["id"]) / r for r in revisions])
+    return config
+
+
+def _discovered(spec: dict, spec_key: str, model: dict, key: str) -> dict:
+    """The model's revisions spec with the checkpoints `discover` finds as its explicit list."""
+    pattern, folder = spec["discover"], Path(model["id"])
+    if spec["list"] or spec["schedule"] != "list":
+        raise ConfigError(f"{spec_key}.discover", "set together with `list` or a `schedule`", "keep one of them")
+    if not folder.is_dir():
+        raise ConfigError(f"{key}.id", f"run folder {folder!s} does not exist (discover: {pattern!r})",
+                          "set the model's id to the folder that holds its checkpoint directories")
+    try:
+        re.compile(spec["step_regex"])
+    except re.error as error:
+        raise ConfigError(f"{spec_key}.step_regex", f"{spec['step_regex']!r} is not a regular expression ({error})",
+                          f"use the default {rundir.DEFAULT_STEP_REGEX!r}") from None
+    found = rundir.discover(folder, pattern, spec["step_regex"], model["allow_pickle"])
+    if found.unparsed:
+        suggestion = rundir.suggest_step_regex(found.unparsed[0])
+        raise ConfigError(
+            f"{spec_key}.step_regex", f"{spec['step_regex']!r} reads no training step from {', '.join(found.unparsed[:3])} "
+            f"(found by discover: {pattern!r} in {folder})",
+            f"set step_regex: '{suggestion}' (its first group is the step)" if suggestion else "list the steps in `steps`",
+        )
+    if not found.revisions:
+        others = sorted(p.name for p in folder.iterdir() if p.is_dir() and rundir.is_checkpoint(p, model["allow_pickle"]))
+        seen = f"; checkpoint directories there: {', '.join(others[:5])}" if others else "; it holds no checkpoint directory"
+        if found.incomplete:
+            seen += f"; matched but without config.json and safetensors weights (yet): {', '.join(found.incomplete[:5])}"
+        glob = next((g for g in rundir.TRAINER_GLOBS if others and any(Path(o).match(g) for o in others)), "")
+        raise ConfigError(
+            f"{spec_key}.discover", f"{pattern!r} matches no checkpoint in {folder}{seen}",
+            f"use discover: '{glob}'" if glob else "point the model's id at the folder that holds the checkpoint directories",
+        )
+    return dict(spec, discover="", list=[name for name, _ in found.revisions], steps=[step for _, step in found.revisions])
+
+
+def _fill_architecture(model: dict, key: str, directories: list[Path]) -> None:
+    """Fill `model`'s hidden_size, num_layers, vocab_size and tied_head from its checkpoints'
+    config.json, or check the values it gives; every checkpoint must state the same ones."""
+    stated: dict = {}
+    for directory in directories:
+        path = directory / "config.json"
+        if not path.is_file():
+            continue  # _models reports the missing file
+        try:
+            found = rundir.architecture(json.loads(path.read_text()))
+        except ValueError as error:
+            raise ConfigError(f"{key}.id", f"{path} is unreadable ({error})", "save the checkpoint again") from None
+        for field, value in found.items():
+            if field in stated and stated[field][0] != value:
+                raise ConfigError(
+                    f"{key}.id", f"{stated[field][1]} states {field}={stated[field][0]} but {path} states {value}",
+                    "a model's revisions are checkpoints of one model: give the other run a model entry of its own",
+                )
+            stated.setdefault(field, (value, path))
+    for field in ARCHITECTURE_KEYS:
+        if field not in stated:
+            continue
+        value, path = stated[field]
+        given = model[field]
+        if given in (0, None):
+            model[field] = value
+        elif given != value:
+            raise ConfigError(
+                f"{key}.{field}", f"{field}={given} in the config, but {path} states {value}",
+                f"set {field}: {value}, or leave it out to read it from config.json",
+            )
+    if not model["hidden_size"]:
+        raise ConfigError(f"{key}.hidden_size", f"no config.json of model {model['name']} states a hidden size",
+                          "set hidden_size")
+
+
+def check_scaling_plan(config: dict, models: dict[str, ModelEntry]) -> None:
+    """The Fig. 1b fit needs two model sizes with N >= scaling.min_params: decided at
+    planning where the sizes are known (n_params, or a local GPT-NeoX checkpoint's config).
+    A slice (select.models) is left alone: it is cut for its targets, not for the fit."""
+    scaling = config["scaling"]
+    if not scaling["enabled"] or scaling["A"] is not None or config["select"]["models"]:
+        return
+    names = scaling["models"] or list(models)
+    sizes, unknown = {}, []
+    for name in names:
+        count = models[name].n_params or _local_parameter_count(models[name], scaling["params"])
+        if count:
+            sizes[name] = count
+        else:
+            unknown.append(name)
+    threshold = scaling["min_params"]
+    above = {n for n in sizes.values() if n >= threshold}
+    if len(above) + len(unknown) >= 2:
+        return
+    listed = ", ".join(f"{name} {n:.4g}" for name, n in sizes.items())
+    distinct = sorted(set(sizes.values()), reverse=True)
+    fix = f"lower scaling.min_params to at most {distinct[1]:.4g}, " if len(distinct) >= 2 else ""
+    raise ConfigError(
+        "scaling.min_params",
+        f"the Fig. 1b fit of A and alpha needs two model sizes with N ({scaling['params']}) >= min_params="
+        f"{threshold:.4g}, but {len(above)} of this plan's sizes reach it ({listed})",
+        fix + "set scaling.A and scaling.alpha (a published law, no fit), or scaling.enabled: false (no Fig. 1b)",
+    )
+
+
+def _local_parameter_count(model: ModelEntry, kind: str) -> int:
+    """`kind` parameter count of a local GPT-NeoX model from its final config.json (0: unknown)."""
+    if model.source != "local":
+        return 0
+    path = Path(model.id) / model.final_revision / "config.json"
+    try:
+        model_config = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return 0
+    if model_config.get("model_type") != "gpt_neox":
+        return 0
+    from lmsat.scaling import count_parameters
+
+    return count_parameters(model_config, kind)

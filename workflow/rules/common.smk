@@ -551,7 +551,10 @@ def evaluation_records():
 
 
 def scaling_outputs():
-    """The fit, the shortfall table and Fig. 1b (for final_outputs in common.smk)."""
+    """The fit, the shortfall table and Fig. 1b (for final_outputs in common.smk), unless
+    scaling.enabled is false."""
+    if not SCALING["enabled"]:
+        return []
     return [
         "results/{run}/tables/scaling_fit.csv",
         "results/{run}/tables/scaling_shortfall.csv",
@@ -813,14 +816,13 @@ def report_outputs():
 
 
 def summary_inputs(wildcards):
-    """The tables the summary reads: loss and the fit always, Table 1 and the rank-r heads
-    when the config makes them."""
+    """The tables the summary reads: loss always; the fit, Table 1 and the rank-r heads
+    when the config makes them (the summary builds from whatever the run has)."""
     made = sections_made()
-    inputs = dict(
-        loss=f"results/{RUN}/tables/loss.csv",
-        fit=f"results/{RUN}/tables/scaling_fit.csv",
-        shortfall=f"results/{RUN}/tables/scaling_shortfall.csv",
-    )
+    inputs = dict(loss=f"results/{RUN}/tables/loss.csv")
+    if "fig1b" in made:
+        inputs["fit"] = f"results/{RUN}/tables/scaling_fit.csv"
+        inputs["shortfall"] = f"results/{RUN}/tables/scaling_shortfall.csv"
     if "table1" in made:
         inputs["table1"] = f"results/{RUN}/tables/table1.csv"
     if "fig6" in made:

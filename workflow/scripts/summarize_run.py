@@ -24,12 +24,21 @@ def shortfalls(fit) -> str:
     return f"mean shortfall of the models below the fit: final {final:+.1f}%, best {best:+.1f}%."
 
 
+def scaling_fact(fit) -> str:
+    if fit is None:
+        return "Scaling law (Fig. 1b): not planned (scaling.enabled: false)."
+    return (
+        f"Scaling law (Fig. 1b): A = {fit['A']:.4g}, alpha = {fit['alpha']:.4g} ({fit['source']}), "
+        f"B = {fit['B']:.4g}, beta = {fit['beta']:.3g}, E = {fit['E']:.4g}; " + shortfalls(fit)
+    )
+
+
 def main(snakemake):
     setup_logging(snakemake.log[0])
     inputs, params = snakemake.input, snakemake.params
     loss = read_table(inputs.loss)
-    fit = read_table(inputs.fit).iloc[0]
-    shortfall = read_table(inputs.shortfall)
+    fit = read_table(inputs.fit).iloc[0] if "fit" in inputs.keys() else None  # scaling.enabled: false
+    shortfall = read_table(inputs.shortfall) if "shortfall" in inputs.keys() else None
     table1 = read_table(inputs.table1) if "table1" in inputs.keys() else None
     heads = read_table(inputs.heads) if "heads" in inputs.keys() else None
     paper = paper_values()
@@ -39,8 +48,7 @@ def main(snakemake):
     facts = [
         f"Models, smallest first: {models}.",
         f"{len(loss)} checkpoints scored on {params.eval_tokens:,} tokens of corpus {params.corpus}.",
-        f"Scaling law (Fig. 1b): A = {fit['A']:.4g}, alpha = {fit['alpha']:.4g} ({fit['source']}), "
-        f"B = {fit['B']:.4g}, beta = {fit['beta']:.3g}, E = {fit['E']:.4g}; " + shortfalls(fit),
+        scaling_fact(fit),
         f"Config sha256 {params.config_sha256[:12]}.",
     ]
     log.info("key numbers:\n%s\ncompared with the paper:\n%s", numbers.to_string(), comparison.to_string())

@@ -1,0 +1,372 @@
+"""Your own training run: a real transformers.Trainer run, `lmsat init` on its folder, the
+whole workflow on the config it writes, offline and with no hand edit, and the next
+`snakemake` after the run has saved more checkpoints analysing only those.
+
+Fast: init reads steps, architecture, tokens per step (trainer_state.json's total_flos) and
+the tokenizer of a 6-step Trainer run; planning discovers checkpoints, reads and checks
+width/depth/vocabulary, suggests a step pattern, keeps an offline suite offline, decides
+the scaling fit; each error names its key and the fix.
+Slow: the end-to-end run (tiny model, 2 CPU cores).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from lmsat import rundir
+from lmsat.config import ConfigError, load_plan
+
+from conftest import ROOT, SCHEMA
+
+slow = pytest.mark.slow
+WORDS = "the a cat dog sat ran on under mat rug big small red blue and then it was very".split()
+SEQ = 32  # training sequence length; the model's context is 64
+
+
+def write_text(path: Path, n_lines: int, seed: int) -> Path:
+    """n_lines of 4-14 words drawn from WORDS with a first-order pattern (learnable)."""
+    rng = np.random.default_rng(seed)
+    lines = []
+    for _ in range(n_lines):
+        word = rng.integers(len(WORDS))
+        words = []
+        for _ in range(int(rng.integers(4, 15))):
+            words.append(WORDS[word])
+            word = (word * 3 + int(rng.integers(0, 3))) % len(WORDS)
+        lines.append(" ".join(words))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def train_tokenizer(text: Path):
+    """A byte-level BPE trained with `tokenizers` on the local text."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    core = Tokenizer(models.BPE())
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.decoder = decoders.ByteLevel()
+    core.train([str(text)], trainers.BpeTrainer(vocab_size=300, special_tokens=["<|endoftext|>"],
+                                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    return PreTrainedTokenizerFast(tokenizer_object=core, eos_token="<|endoftext|>", bos_token="<|endoftext|>",
+                                   pad_token="<|endoftext|>")
+
+
+class Windows:
+    """Consecutive SEQ-token windows of the text, as a map-style dataset for Trainer."""
+
+    def __init__(self, tokenizer, text: Path):
+        import torch
+
+        ids = [i for line in text.read_text().splitlines() for i in tokenizer(line)["input_ids"] + [tokenizer.eos_token_id]]
+        n = len(ids) // SEQ
+        self.tokens = torch.tensor(ids[: n * SEQ]).view(n, SEQ)
+
+    def __len__(self):
+        return len(self.tokens)
+
+    def __getitem__(self, i):
+        return {"input_ids": self.tokens[i], "labels": self.tokens[i]}
+
+
+def train(out: Path, text: Path, max_steps: int, save_steps: int, resume: bool = False, tokenizer=None,
+          hidden_size: int = 16):
+    """Train (or go on training) a tiny GPT-NeoX with the real Trainer, saving checkpoints
+    `checkpoint-{N}` every save_steps steps, the tokenizer in each (processing_class)."""
+    import torch
+    from transformers import (GPTNeoXConfig, GPTNeoXForCausalLM, Trainer, TrainingArguments,
+                              default_data_collator)
+
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    if tokenizer is None:
+        tokenizer = train_tokenizer(text)
+    tokenizer.save_pretrained(out.parent / f"{out.name}-tokenizer")  # Trainer saves it in each checkpoint
+    config = GPTNeoXConfig(vocab_size=len(tokenizer) + 4, hidden_size=hidden_size, num_hidden_layers=2, num_attention_heads=2,
+                           intermediate_size=32, max_position_embeddings=64, tie_word_embeddings=False,
+                           eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.eos_token_id)
+    args = TrainingArguments(
+        output_dir=str(out), max_steps=max_steps, save_steps=save_steps, per_device_train_batch_size=4,
+        learning_rate=3e-3, warmup_steps=2, logging_steps=1000, report_to="none", use_cpu=True, seed=0,
+        dataloader_num_workers=0, disable_tqdm=True, save_strategy="steps",
+    )
+    trainer = Trainer(model=GPTNeoXForCausalLM(config), args=args, train_dataset=Windows(tokenizer, text),
+                      processing_class=tokenizer, data_collator=default_data_collator)
+    trainer.train(resume_from_checkpoint=True if resume else None)
+    return tokenizer
+
+
+def init(*args, cwd=None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    return subprocess.run([sys.executable, "-m", "lmsat", "init", *map(str, args)], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory):
+    """A 6-step Trainer run: checkpoint-2, -4, -6, tokens 4 x 32 a step, text for the sample."""
+    base = tmp_path_factory.mktemp("own")
+    text = write_text(base / "train.txt", 400, seed=0)
+    write_text(base / "eval.txt", 200, seed=1)
+    train(base / "out", text, max_steps=6, save_steps=2)
+    return base
+
+
+def test_init_reads_steps_architecture_tokens_and_tokenizer_of_a_trainer_run(small_run, tmp_path):
+    out = small_run / "out"
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4", "checkpoint-6"]
+    # no num_input_tokens_seen (Trainer's default): read from total_flos, never training_args.bin
+    assert json.loads((out / "checkpoint-6" / "trainer_state.json").read_text()).get("num_input_tokens_seen", 0) == 0
+    count, how = rundir.tokens_per_step(out / "checkpoint-6")
+    assert count == 4 * SEQ and "total_flos" in how
+    done = init(out, "--text", small_run / "eval.txt", "-o", tmp_path / "mine.yaml")
+    assert done.returncode == 0, done.stderr
+    assert "-- fig3" in done.stdout and "snakemake" in done.stdout and "--configfile" in done.stdout
+    written = (tmp_path / "mine.yaml").read_text()
+    assert written.startswith("# lmsat config") and "discover" in written
+    config = yaml.safe_load(written)
+    (suite,) = config["suites"].values()
+    (model,) = suite["models"]
+    assert suite["tokens_per_step"] == 4 * SEQ
+    assert model["revisions"] == {"discover": "checkpoint-*"} and model["source"] == "local"
+    assert (model["hidden_size"], model["num_layers"], model["tied_head"]) == (16, 2, False)
+    assert config["tokenizers"]["own"]["id"] == str((out / "checkpoint-6").resolve())  # saved beside the weights
+    assert config["evaluation"]["tasks"] == [] and config["scaling"] == {"enabled": False}
+    assert config["sample"]["seq_len"] == 64 and config["sample"]["n_tokens"] % 64 == 0
+    plan = load_plan(config, SCHEMA)
+    assert plan.models["out"].revisions == ("checkpoint-2", "checkpoint-4", "checkpoint-6")
+    assert plan.models["out"].steps == (2, 4, 6) and plan.models["out"].vocab_size == model["vocab_size"]
+    # the one-target command init prints (`--` ends --configfile's list) plans, offline
+    line = next(line for line in done.stdout.splitlines() if "-- fig3" in line).split("#")[0].split()
+    assert line[line.index("--configfile") + 1] == str(tmp_path / "mine.yaml") and line[-2:] == ["--", "fig3"]
+    dry = snakemake(tmp_path, tmp_path / "mine.yaml", "-n", "--", "fig3")
+    assert dry.returncode == 0 and "plot_metric_figure" in dry.stdout, dry.stdout[-3000:]
+    assert not re.search(r"rule (stage_|fetch_)", dry.stdout)
+    # an existing config is not overwritten
+    again = init(out, "--text", small_run / "eval.txt", "-o", tmp_path / "mine.yaml")
+    assert again.returncode == 2 and "exists" in again.stderr and "--force" in again.stderr
+
+
+def test_init_without_a_record_of_tokens_per_step_names_the_key(small_run, tmp_path):
+    run = tmp_path / "run"
+    for name in ("checkpoint-2", "checkpoint-4"):
+        shutil.copytree(small_run / "out" / name, run / name, ignore=shutil.ignore_patterns("trainer_state.json"))
+    done = init(run, "--text", small_run / "eval.txt", "-o", tmp_path / "x.yaml")
+    assert done.returncode == 2 and not (tmp_path / "x.yaml").exists()
+    assert "config key 'suites.run.tokens_per_step'" in done.stderr and "--tokens-per-step" in done.stderr
+    given = init(run, "--text", small_run / "eval.txt", "-o", tmp_path / "x.yaml", "--tokens-per-step", "128")
+    assert given.returncode == 0, given.stderr
+    assert yaml.safe_load((tmp_path / "x.yaml").read_text())["suites"]["run"]["tokens_per_step"] == 128
+    no_text = init(run, "-o", tmp_path / "y.yaml", "--tokens-per-step", "128")
+    assert no_text.returncode == 2 and "--text" in no_text.stderr
+
+
+def test_init_on_runs_of_two_widths_plans_a_scaling_fit(small_run, tmp_path):
+    from transformers import PreTrainedTokenizerFast
+
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(small_run / "out-tokenizer")
+    runs = tmp_path / "runs"
+    for d in (16, 32):
+        train(runs / f"d{d}", small_run / "train.txt", max_steps=4, save_steps=2, tokenizer=tokenizer, hidden_size=d)
+    done = init(runs, "--text", small_run / "eval.txt", "-o", tmp_path / "two.yaml", "--run", "widths")
+    assert done.returncode == 0, done.stderr
+    config = yaml.safe_load((tmp_path / "two.yaml").read_text())
+    assert [m["hidden_size"] for m in config["suites"]["widths"]["models"]] == [16, 32]
+    scaling = config["scaling"]
+    assert scaling["enabled"] and scaling["B"] == scaling["E"] == 0 and "fit" in (tmp_path / "two.yaml").read_text()
+    plan = load_plan(config, SCHEMA)
+    assert list(plan.models) == ["d16", "d32"] and plan.models["d32"].steps == (2, 4)
+    assert scaling["min_params"] <= min(scaling_counts(plan).values())
+
+
+def scaling_counts(plan):
+    from lmsat.scaling import count_model_parameters
+
+    return {name: count_model_parameters(m)["non_embedding"] for name, m in plan.models.items()}
+
+
+def local_config(folder: Path, text: Path, tokenizer: Path, **model) -> dict:
+    """A hand-written config of a local run folder, the way the README shows it."""
+    return {
+        "suites": {"mine": {"tokenizer": "own", "tokens_per_step": 128,
+                            "revisions": {"discover": "checkpoint-*"},
+                            "models": [{"name": "mine", "source": "local", "id": str(folder), **model}]}},
+        "tokenizers": {"own": {"source": "local", "id": str(tokenizer)}},
+        "corpora": {"text": {"type": "text_files", "files": [str(text)]}},
+        "sample": {"corpus": "text", "n_tokens": 256, "seq_len": 64},
+        "scaling": {"enabled": False},
+    }
+
+
+def test_planning_discovers_checkpoints_reads_and_checks_the_architecture(small_run, tmp_path):
+    out, text, tokenizer = small_run / "out", small_run / "eval.txt", small_run / "out-tokenizer"
+    plan = load_plan(local_config(out, text, tokenizer), SCHEMA)
+    model = plan.models["mine"]
+    assert model.revisions == ("checkpoint-2", "checkpoint-4", "checkpoint-6") and model.steps == (2, 4, 6)
+    assert (model.hidden_size, model.num_layers, model.tied_head) == (16, 2, False) and model.vocab_size > 0
+    # honest offline defaults: no hub tasks, no toy ground truth, for a suite without hub/toy models
+    assert plan.config["evaluation"]["tasks"] == [] and plan.config["ngrams"]["ground_truth"]["sample_sizes"] == []
+    # a width that config.json contradicts fails planning, naming both values
+    with pytest.raises(ConfigError, match=r"suites.mine.models\[0\].hidden_size': hidden_size=32 in the config, but "
+                                          r".*checkpoint-\d/config.json states 16. Fix: set hidden_size: 16"):
+        load_plan(local_config(out, text, tokenizer, hidden_size=32), SCHEMA)
+    with pytest.raises(ConfigError, match=r"models\[0\].num_layers': num_layers=3 .* states 2"):
+        load_plan(local_config(out, text, tokenizer, num_layers=3), SCHEMA)
+    # a checkpoint still being written (no weights yet) waits for the next planning
+    (out / "checkpoint-8").mkdir()
+    try:
+        assert load_plan(local_config(out, text, tokenizer), SCHEMA).models["mine"].revisions[-1] == "checkpoint-6"
+    finally:
+        (out / "checkpoint-8").rmdir()
+
+
+def test_step_patterns_of_the_trainers_and_a_suggestion_when_one_fails(small_run, tmp_path):
+    out, text, tokenizer = small_run / "out", small_run / "eval.txt", small_run / "out-tokenizer"
+    schema = yaml.safe_load(SCHEMA.read_text())
+    assert schema["$defs"]["revisions"]["properties"]["step_regex"]["default"] == rundir.DEFAULT_STEP_REGEX
+    for name in ("checkpoint-500", "checkpoint_5", "step500", "step-500", "iter_0000500", "global_step500"):
+        assert int(re.search(rundir.DEFAULT_STEP_REGEX, name).group(1)) in (5, 500)
+    run = tmp_path / "ckpts"
+    for step in (2, 4):
+        shutil.copytree(out / f"checkpoint-{step}", run / f"model_{step:03d}")
+    config = local_config(run, text, tokenizer)
+    config["suites"]["mine"]["revisions"] = {"discover": "model_*"}
+    with pytest.raises(ConfigError, match=r"revisions.step_regex': .* reads no training step from model_002.*"
+                                          r"Fix: set step_regex: 'model_\(\\d\+\)'"):
+        load_plan(config, SCHEMA)
+    config["suites"]["mine"]["revisions"]["step_regex"] = r"model_(\d+)"
+    assert load_plan(config, SCHEMA).models["mine"].steps == (2, 4)
+    # a glob matching nothing suggests the trainer's pattern that matches
+    config["suites"]["mine"]["revisions"] = {"discover": "checkpoint-*"}
+    with pytest.raises(ConfigError, match=r"revisions.discover': 'checkpoint-\*' matches no checkpoint .*model_002"):
+        load_plan(config, SCHEMA)
+    # an explicit list whose names the default pattern cannot read
+    config["suites"]["mine"]["revisions"] = {"list": ["model_002", "model_004"]}
+    with pytest.raises(ConfigError, match=r"step_regex'.*Fix: set step_regex: 'model_\(\\d\+\)'"):
+        load_plan(config, SCHEMA)
+
+
+def test_the_config_alone_decides_the_scaling_fit_and_hub_models_state_their_width(small_run, default_config):
+    out, text, tokenizer = small_run / "out", small_run / "eval.txt", small_run / "out-tokenizer"
+    config = local_config(out, text, tokenizer)
+    config["scaling"] = {}  # a fit (the default), but one model size
+    with pytest.raises(ConfigError, match=r"scaling.min_params': the Fig. 1b fit of A and alpha needs two model sizes .*"
+                                          r"Fix: .*scaling.A and scaling.alpha.*scaling.enabled: false"):
+        load_plan(config, SCHEMA)
+    two = copy.deepcopy(config)
+    two["suites"]["mine"]["models"].append({"name": "bigger", "source": "local", "id": str(out), "n_params": 10**6})
+    with pytest.raises(ConfigError, match=r"min_params': .* but 0 of this plan's sizes reach it \(mine \d+, bigger 1e\+06\). Fix: lower "
+                                          r"scaling.min_params to at most \d+"):
+        load_plan(two, SCHEMA)
+    two["scaling"] = {"min_params": 100}
+    assert load_plan(two, SCHEMA).config["scaling"]["enabled"]
+    # the default toy suite still plans its fit; a hub model states its width
+    load_plan(copy.deepcopy(default_config), SCHEMA)
+    hub = copy.deepcopy(default_config)
+    hub["suites"]["toy"]["models"].append({"name": "pythia-14m", "id": "EleutherAI/pythia-14m"})
+    with pytest.raises(ConfigError, match=r"models\[4\].hidden_size': hub model pythia-14m has no hidden size"):
+        load_plan(hub, SCHEMA)
+
+
+def test_local_example_config_plans(tmp_path, small_run):
+    """config/local-example.yaml plans once its paths point at a run (as the README says)."""
+    example = yaml.safe_load((ROOT / "config" / "local-example.yaml").read_text())
+    (suite,) = example["suites"].values()
+    suite["models"][0]["id"] = str(small_run / "out")
+    example["tokenizers"]["own"]["id"] = str(small_run / "out-tokenizer")
+    example["corpora"]["text"]["files"] = [str(small_run / "eval.txt")]
+    plan = load_plan(example, SCHEMA)
+    assert plan.models[suite["models"][0]["name"]].steps == (2, 4, 6)
+
+
+# ------------------------------------------------------------------ the whole workflow
+
+
+def snakemake(workdir: Path, config: Path, *args, offline: bool = True) -> subprocess.CompletedProcess:
+    """The workflow on `config`; offline: inside a network namespace without network
+    (`unshare -n`, as tests/test_offline.py) and with an empty HF_HOME."""
+    from test_offline import unshare_works
+
+    wrap = ("unshare", "-n") if offline and unshare_works() else ()
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "HF_HOME")}
+    env.update(PYTHONPATH=str(ROOT / "src"), HF_HOME=str(workdir / "empty_hf_home"))
+    command = [*wrap, sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory", str(workdir),
+               "--configfile", str(config), "--cores", "2", *args]
+    return subprocess.run(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=1500)
+
+
+def jobs_by_rule(output: str) -> dict[str, list[str]]:
+    """rule -> the `wildcards:` lines of its jobs, from Snakemake's log."""
+    jobs: dict[str, list[str]] = {}
+    for block in re.split(r"\n(?=(?:local)?rule \w+:)", output):
+        match = re.match(r"(?:local)?rule (\w+):", block.strip())
+        if match:
+            wildcards = re.search(r"wildcards: (.*)", block)
+            jobs.setdefault(match.group(1), []).append(wildcards.group(1) if wildcards else "")
+    return jobs
+
+
+@slow
+def test_own_run_end_to_end_offline_and_the_next_snakemake_analyses_only_new_checkpoints(tmp_path):
+    from test_faults import job_counts
+
+    text = write_text(tmp_path / "train.txt", 600, seed=0)
+    write_text(tmp_path / "eval.txt", 300, seed=1)
+    out = tmp_path / "out"
+    tokenizer = train(out, text, max_steps=24, save_steps=8)  # checkpoint-8, -16, -24
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    done = init(out, "--text", tmp_path / "eval.txt", "-o", workdir / "mine.yaml", cwd=workdir)
+    assert done.returncode == 0, done.stderr
+    config = workdir / "mine.yaml"
+    # the dry run and the one-target command as init prints them (a target after `--`)
+    target_line = next(line for line in done.stdout.splitlines() if "-- fig3" in line)
+    target = target_line.split("#")[0].split()[-1]
+    dry = snakemake(workdir, config, "-n", "--", target)
+    assert dry.returncode == 0, dry.stdout[-3000:]
+    first = snakemake(workdir, config)
+    assert first.returncode == 0, first.stdout[-6000:]
+    counts = job_counts(first.stdout)
+    assert not {r for r in counts if r.startswith(("stage_", "fetch_"))}, counts  # nothing needs the network
+    assert "evaluate_checkpoint" not in counts and "fit_scaling_law" not in counts and "ngram_ground_truth" not in counts
+    assert counts["analyse_checkpoint"] == 3
+    results = workdir / "results" / "out"
+    assert (results / "report" / "summary.html").is_file() and not (results / "tables" / "table1.csv").exists()
+    loss = pd.read_csv(results / "tables" / "loss.csv", comment="#")
+    assert sorted(loss["step"]) == [8, 16, 24] and set(loss["tokens"]) == {8 * 128, 16 * 128, 24 * 128}
+    for stem in ("fig1a_loss", "fig3_anisotropy_training", "fig4_head_spectra"):
+        assert (results / "figures" / f"{stem}.png").is_file()
+    before = {name: pd.read_csv(results / "tables" / f"{name}.csv", comment="#")
+              for name in ("loss", "anisotropy_training")}
+
+    # the run goes on training: checkpoint-32 and -40 appear; the next snakemake analyses only those
+    train(out, text, max_steps=40, save_steps=8, resume=True, tokenizer=tokenizer)
+    second = snakemake(workdir, config)
+    assert second.returncode == 0, second.stdout[-6000:]
+    jobs = jobs_by_rule(second.stdout)
+    per_checkpoint = [w for rule, ws in jobs.items() for w in ws if "revision=" in w]
+    assert per_checkpoint and all(re.search(r"revision=checkpoint-(32|40)\b", w) for w in per_checkpoint), jobs
+    assert job_counts(second.stdout)["analyse_checkpoint"] == 2
+    loss = pd.read_csv(results / "tables" / "loss.csv", comment="#")
+    assert sorted(loss["step"]) == [8, 16, 24, 32, 40]
+    for name, old in before.items():  # the rebuilt tables keep the first checkpoints' numbers
+        new = pd.read_csv(results / "tables" / f"{name}.csv", comment="#")
+        merged = old.merge(new, on=[c for c in old.columns if c in ("model", "revision", "layer")], suffixes=("", "_new"))
+        assert len(merged) == len(old)
+        for column in ("loss", "anisotropy"):
+            if column in old.columns:
+                assert np.allclose(merged[column], merged[f"{column}_new"], rtol=1e-6, atol=1e-7)
+    nothing = snakemake(workdir, config, "-n")
+    assert "Nothing to be done" in nothing.stdout, nothing.stdout[-3000:]
