@@ -388,11 +388,10 @@ def test_fig8_draws_loss_against_w_error_and_the_rise_points():
     assert legend(ax)[0] == "paper: rise past ~0.6"
     assert list(ax.lines[0].get_xdata()) == [PAPER_RISE_WERROR] * 2
     for model, line in labelled(ax).items():
-        model = model.split(" ")[0]
         if model in dict(HEAD_MODELS):
             low = heads[(heads["model"] == model) & (heads["kind"] == "low_rank")].sort_values("w_error")
             assert_line(line, low["w_error"], low["eval_loss"])
-    assert legend(ax)[1:] == [f"{model} (rises at W-error 0.50)" for model, _ in HEAD_MODELS]
+    assert legend(ax)[1:] == [text for model, _ in HEAD_MODELS for text in (model, f"{model}: loss rises at W-error 0.50")]
     assert ax.get_xlabel() == "W-error of the model's own head at rank r"
     assert ax.get_ylabel() == "eval cross-entropy of the rank-r head (nats)"
 

@@ -59,7 +59,7 @@ def plot_werror_loss(heads: pd.DataFrame, paths):
 
     Each point is labelled with its rank where the label fits (inside the axes, clear of the
     labels of larger ranks: drop_crowded_labels); where a model's loss starts to rise is a
-    dashed line and said in its legend entry, so no label is drawn at the axes' edge.
+    dashed line with its own legend entry, so no label is drawn at the axes' edge.
     """
     colors = colours(in_table_order(heads))
     fig, ax = plt.subplots(figsize=(5.5, 3.8))
@@ -70,8 +70,7 @@ def plot_werror_loss(heads: pd.DataFrame, paths):
         low = rows[rows["kind"] == "low_rank"].sort_values("w_error")
         full = rows[rows["kind"] == "full_head"].iloc[0]
         rise = low[low["rise_point"]]
-        rises = f" (rises at W-error {float(rise['w_error'].iloc[0]):.2f})" if not rise.empty else ""
-        ax.plot(low["w_error"], low["eval_loss"], "o-", color=colors[model], ms=4, label=model + rises)
+        ax.plot(low["w_error"], low["eval_loss"], "o-", color=colors[model], ms=4, label=model)
         ax.axhline(full["eval_loss"], color=colors[model], ls=":", lw=1)
         for row in low.itertuples():  # above the first model's points, below the next's; leftwards near x = 1
             right = row.w_error > 0.8
@@ -81,7 +80,8 @@ def plot_werror_loss(heads: pd.DataFrame, paths):
                 ha="right" if right else "left",
             ))
         if not rise.empty:
-            ax.axvline(float(rise["w_error"].iloc[0]), color=colors[model], ls="--", lw=1)
+            x = float(rise["w_error"].iloc[0])
+            ax.axvline(x, color=colors[model], ls="--", lw=1, label=f"{model}: loss rises at W-error {x:.2f}")
     ax.set_xlim(-0.02, 1.02)
     ax.margins(y=0.15)
     ax.set_xlabel("W-error of the model's own head at rank r")
