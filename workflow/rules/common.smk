@@ -23,7 +23,11 @@ from lmsat.fetch import checkpoint_disk_mb, estimated_parameters
 from lmsat.headcache import shard_count
 from lmsat.figures import FIGURES
 from lmsat.metrics import METRICS, table_metric
-from lmsat.staging import needs_staging_corpus, needs_staging_tokenizer
+from lmsat.staging import (
+    STAGING_RULES,
+    needs_staging_corpus,
+    needs_staging_tokenizer,
+)
 from snakemake.utils import update_config
 
 # `configfile:` in the Snakefile would be merged under any --configfile, so the paper's
@@ -187,15 +191,8 @@ def final_model_params(wildcards):
 
 
 # ---------------------------------------------------------------- staging (staging.smk)
-# Jobs of these rules are the only ones that reach the network; every other job imports
-# lmsat.offline and reads what they staged. The profile decides where they run.
-STAGING_RULES = [
-    "fetch_checkpoint",
-    "fetch_best_checkpoint",
-    "stage_tokenizer",
-    "stage_corpus",
-    "stage_lmeval_task",
-]
+# Jobs of lmsat.staging.STAGING_RULES are the only ones that reach the network; every other
+# job imports lmsat.offline and reads what they staged. The profile decides where they run.
 STAGED_DATASETS = f"results/{RUN}/staged/datasets"
 HUB_TOKENIZERS = [
     n for n, s in CONFIG["tokenizers"].items() if needs_staging_tokenizer(s)
