@@ -86,7 +86,7 @@ def test_own_results_are_shown_beside_the_published_ones(published):
     sciq = table[(table["revision"] == "step143000") & (table["task"] == "sciq") & (table["metric"] == "acc")
                  & (table["shots"] == 0)].iloc[0]
     assert sciq["published"] == pytest.approx(0.741) and sciq["difference"] == pytest.approx(0.75 - 0.741)
-    assert sciq["harness"] == "lm-eval 0.4.13 (task version 1.0)" and "before 0.4" in sciq["published_harness"]
+    assert sciq["harness"] == "lm-eval 0.4.13 (task version 1.0)" and sciq["published_harness"] == "lm-eval < 0.4 (task version 0)"
     assert sciq["checkpoint"] == "final" and sciq["identical_weights"] == ""
     ppl = table[(table["revision"] == "step143000") & (table["task"] == "lambada_openai")
                 & (table["metric"] == "perplexity") & (table["shots"] == 0)].iloc[0]

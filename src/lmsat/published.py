@@ -167,7 +167,7 @@ def compare(records, published: pd.DataFrame, checkpoints: pd.DataFrame,
     own = pd.DataFrame(own_rows(records), columns=["model", "revision", "checkpoint", "task", "metric", "shots",
                                                    "measured", "harness"])
     flags = flagged_revisions(identical)
-    source_harness = HARNESS
+    source_harness = "lm-eval < 0.4"  # HARNESS, as short as the run's "lm-eval 0.4.x"
     rows = []
     kinds = {(r.model, r.revision): r.checkpoint for r in checkpoints.itertuples()}
     for (model, revision), kind in kinds.items():
