@@ -89,3 +89,15 @@ def test_the_command_prints_the_plan(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.startswith(f"plan of run {config['run'] or 'one'}: ") and "GPU hours: 0.0 estimated" in result.stdout
     assert "analyse_checkpoint (CPU)" in result.stdout
+
+
+def test_a_profile_with_job_groups_counts_each_job_once(tmp_path):
+    """profiles/slurm groups the metric jobs; its dry run lists some members in two groups."""
+    from collections import Counter
+
+    configfile = tmp_path / "small.yaml"
+    configfile.write_text(yaml.safe_dump(small_toy_config()))
+    plain = dry_run(str(configfile), None, tmp_path)
+    grouped = dry_run(str(configfile), str(ROOT / "profiles" / "slurm"), tmp_path)
+    assert Counter(job.rule for job in grouped) == Counter(job.rule for job in plain)
+    assert len({job.jobid for job in grouped}) == len(grouped)

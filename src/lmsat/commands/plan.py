@@ -63,6 +63,7 @@ class Job:
     wildcards: dict = field(default_factory=dict)
     resources: dict = field(default_factory=dict)
     benchmark: str = ""
+    jobid: str = ""
 
     @property
     def gpus(self) -> int:
@@ -91,7 +92,8 @@ JOB_HEADER = re.compile(r"^(local)?(?:rule|checkpoint) (\w+):$")
 
 def parse_dry_run(text: str) -> list[Job]:
     """The jobs of a `snakemake -n` listing: each `rule X:` / `localrule X:` / `checkpoint X:`
-    block with its wildcards, resources and benchmark."""
+    block with its wildcards, resources and benchmark, once per jobid (a profile's job groups
+    list some member jobs in more than one group listing)."""
     jobs = []
     for line in text.splitlines():
         line = line.strip()
@@ -103,7 +105,12 @@ def parse_dry_run(text: str) -> list[Job]:
             jobs[-1].resources = dict(part.split("=", 1) for part in line[len("resources: "):].split(", ") if "=" in part)
         elif jobs and line.startswith("benchmark: "):
             jobs[-1].benchmark = line[len("benchmark: "):]
-    return jobs
+        elif jobs and line.startswith("jobid: "):
+            jobs[-1].jobid = line[len("jobid: "):]
+    unique = {}
+    for index, job in enumerate(jobs):
+        unique.setdefault(job.jobid or f"#{index}", job)
+    return list(unique.values())
 
 
 def kind(job: Job, staging_rules) -> str:
