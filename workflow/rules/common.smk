@@ -774,12 +774,13 @@ def table_caption(wildcards):
 
 
 def report_outputs():
-    """The rendered tables of every section this config makes, and the summary page."""
+    """The rendered tables of every section this config makes, the summary page and the
+    published evaluations beside it (named, so that a finished run makes the new table)."""
     return [
         f"results/{RUN}/report/{name}.html"
         for target in sections_made()
         for name in REPORT_SECTIONS[target][3]
-    ] + [SUMMARY_HTML]
+    ] + [SUMMARY_HTML, f"results/{RUN}/tables/published_evals.csv"]
 
 
 def summary_figures():
