@@ -78,12 +78,13 @@ def test_panel_grid_hides_the_panels_beyond_n():
 # ------------------------------------------------------------------ Fig. 1a, 1b
 
 
-def loss_rows(models):
-    """loss.csv rows: each model's loss falls along 12 steps then rises by 0.05 at the end."""
+def loss_rows(models, drop=6.0, power=1):
+    """loss.csv rows: each model's loss falls along 12 steps (as drop / (1 + step)^power) then
+    rises by 0.05 at the end."""
     rows = []
     for k, model in enumerate(models):
         for step in range(12):
-            loss = 6.0 / (1 + step) + 3.0 - 0.1 * k + (0.05 if step == 11 else 0.0)
+            loss = drop / (1 + step) ** power + 3.0 - 0.1 * k + (0.05 if step == 11 else 0.0)
             rows.append(dict(model=model, step=step, tokens=step * 1000, loss=loss, is_best=step == 10))
     return pd.DataFrame(rows)
 
@@ -115,18 +116,31 @@ def test_loss_panels_draw_each_models_rows_past_step_0():
         assert ax.get_xscale() == "log"
     first, *_, last = panels(fig)
     assert first.get_ylabel() == "loss (nats)" and last.get_xlabel() == "training tokens"
-    assert legend(first) == ["off the axis", "best", "entropy rate"]
+    assert legend(first) == ["best", "entropy rate"]  # the first checkpoint is not far above: all drawn
 
 
 def test_capped_loss_axis_says_how_many_points_are_above_it():
-    table = loss_rows(["m"])
+    table = loss_rows(["m"], drop=60.0, power=3)  # a steep early descent: 10.5, 5.2, 3.9, ... 3.05
     ax = plot_loss_curves(table, []).axes[0]
     loss = table.loc[table["tokens"] > 0, "loss"].to_numpy()
     top = ax.get_ylim()[1]
     assert np.percentile(loss, LOSS_CAP_PERCENTILE) < top < loss.max()
     above = int((loss > top).sum())
+    assert (loss[:above] > top).all() and above >= 1  # the first checkpoints
     notes = [t.get_text() for t in ax.texts]
     assert notes == [f"{above} above the axis (up to {loss.max():.2f})"]
+    assert legend(ax) == ["off the axis", "best"]
+
+
+def test_loss_axis_hides_nothing_when_the_first_checkpoints_are_not_far_above():
+    from lmsat.figures.saturation import loss_axis_top
+
+    for loss in ([4.0, 3.6, 3.5, 3.55], [6.0, 5.0, 4.5, 4.2, 4.0, 3.9, 3.8, 3.7], [3.0, 3.1, 9.0]):
+        loss = np.array(loss)
+        span = loss.max() - loss.min()
+        assert loss_axis_top(loss, span) > loss.max()  # the last: a late outlier, not the early descent
+    steep = np.array([10.8, 10.7, 10.2, 9.0, 7.5, 5.0, 4.0] + [3.5 - 0.01 * i for i in range(60)])  # Pythia's shape
+    assert loss_axis_top(steep, steep.max() - steep.min()) < 9.0
 
 
 def test_loss_figure_leaves_out_models_released_at_step_0_only():
@@ -371,14 +385,13 @@ def test_fig6_draws_the_rank_curves_of_each_model_in_the_tables_order():
 def test_fig8_draws_loss_against_w_error_and_the_rise_points():
     heads = heads_rows()
     ax = plot_werror_loss(heads, []).axes[0]
-    assert legend(ax) == ["paper: rise past ~0.6"] + [model for model, _ in HEAD_MODELS]
+    assert legend(ax)[0] == "paper: rise past ~0.6"
     assert list(ax.lines[0].get_xdata()) == [PAPER_RISE_WERROR] * 2
     for model, line in labelled(ax).items():
         if model in dict(HEAD_MODELS):
             low = heads[(heads["model"] == model) & (heads["kind"] == "low_rank")].sort_values("w_error")
             assert_line(line, low["w_error"], low["eval_loss"])
-    rises = [t.get_text() for t in ax.texts if "rises" in t.get_text()]
-    assert rises == [f"{model}: rises at 0.50 " for model, _ in HEAD_MODELS]
+    assert legend(ax)[1:] == [text for model, _ in HEAD_MODELS for text in (model, f"{model}: loss rises at W-error 0.50")]
     assert ax.get_xlabel() == "W-error of the model's own head at rank r"
     assert ax.get_ylabel() == "eval cross-entropy of the rank-r head (nats)"
 

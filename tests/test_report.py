@@ -24,7 +24,7 @@ def loss_table():
 def cells(html, css_class="sortable"):
     """The rows of the first table of class `css_class` in `html`, as lists of shown texts."""
     table = re.search(rf'<table class="{css_class}">(.*?)</table>', html, re.S).group(1)
-    head = re.findall(r"<th(?: [^>]*)?>(.*?)</th>", table)
+    head = [text.replace("<wbr>", "") for text in re.findall(r"<th(?: [^>]*)?>(.*?)</th>", table)]
     body = [re.findall(r"<td[^>]*>(.*?)</td>", row) for row in re.findall(r"<tr>(.*?)</tr>", table.split("<tbody>")[1])]
     return head, body
 

@@ -25,6 +25,7 @@ import yaml
 from lmsat.figures.saturation import plot_loss_curves
 
 from conftest import ROOT
+from report_browser import CHROMIUM, WINDOW, measure_landing, png_size, screenshot
 
 pytestmark = pytest.mark.slow
 
@@ -188,6 +189,37 @@ def test_report_shows_every_caption_figure_and_table(default_run, tmp_path):
     check_report(workdir, tmp_path / "report.html")
     names = zipfile.ZipFile(tmp_path / "report.zip").namelist()
     assert any(name.endswith("fig1a_loss.pdf") for name in names), names[:20]
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (Debian: apt-get install -y chromium)")
+def test_report_summary_reads_at_1400_px(default_run, tmp_path):
+    """Debian's chromium, headless, at 1400 x 1000: the landing page's summary spans the page
+    (not a narrow column), no table of it is cut off, one click on a figure link shows the
+    figure, and no caption or job parameter shows an escape sequence."""
+    workdir, _ = default_run
+    report = tmp_path / "report.html"
+    result = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory", str(workdir),
+         "--configfile", str(ROOT / "config" / "config.yaml"), "--report", str(report)],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    found = measure_landing(report, tmp_path)
+    assert found["innerWidth"] == WINDOW[0]
+    assert found["summaryWidth"] > 0.7 * WINDOW[0], found  # beside the menu, not a ~470 px column
+    assert len(found["tables"]) >= 2 and found["clipped"] == [], found
+    for table in found["tables"]:
+        assert 0 <= table["left"] and table["right"] <= WINDOW[0], table
+    results, _, _ = report_data(report)
+    figures = [path for path in results if path.endswith(".png") and "/figures/" in path]
+    assert len(found["links"]) == len(figures), (found["links"], figures)
+    assert found["shown"] > 1000  # after one click, the first figure is on screen
+    for escape in ("\\n", '\\"'):  # a literal backslash-n or backslash-quote
+        for path, result in results.items():
+            shown = [result["caption"], *map(str, result["job_properties"].values())]
+            assert not any(escape in text for text in shown), (escape, path)
+        assert escape not in found["page"]  # what the figure's view shows: caption, job parameters
+    assert png_size(screenshot(report, tmp_path / "landing.png")) == WINDOW
 
 
 def test_tables_match_the_recorded_default_run(default_run):

@@ -34,7 +34,36 @@ STYLE = """
 .lmsat th.sorted-asc::after { content: " \\25B2"; } .lmsat th.sorted-desc::after { content: " \\25BC"; }
 .lmsat td.text, .lmsat th.text { text-align: left; }
 .lmsat tr:nth-child(even) td { background: #fafafa; }
+.lmsat th { white-space: normal; vertical-align: bottom; }
+.lmsat td.text { white-space: normal; min-width: 6em; max-width: 30em; }
+.lmsat ul.figures { columns: 2 22em; }
 """
+
+# The report's landing page puts its description (workflow.rst, which embeds the summary) in a
+# narrow column (Tailwind's max-w-lg, 32rem) beside the rule graph, centred in a scrolling
+# box (so what overflows it on the left or top cannot be scrolled to): where the summary is
+# embedded, the column takes the page's full width from the top left and the rule graph goes
+# below it, so the summary's tables are not cut off. Selectors match only a page holding it.
+LANDING_STYLE = """
+div.grow.flex.h-screen:has(.prose .lmsat) { align-items: flex-start; justify-content: flex-start; min-width: 0; }
+div.grow.flex:has(> div > .prose .lmsat) { flex-direction: column; align-items: stretch; width: 100%; min-width: 0; }
+div.grow.flex:has(> div > .prose .lmsat) > div { min-width: 0; max-width: 100%; }
+.prose:has(.lmsat) { max-width: none; }
+.prose .lmsat { margin: 0; }
+.prose .lmsat table { width: auto; margin-top: 0; margin-bottom: 10px; font-size: 12px; line-height: 1.35; }
+.prose .lmsat th, .prose .lmsat td { padding: 2px 6px; }
+.prose .lmsat ul.figures { margin: 4px 0 10px 18px; padding: 0; }
+.prose .lmsat ul.figures li { margin: 0; }
+"""
+
+# A figure link of the summary: inside the report, one click shows the figure with its caption
+# (the report's own view of a result; `app` and `results` are the report's globals); opened on
+# its own (results/<run>/report/summary.html), the link opens the PNG next to it.
+FIGURE_LINK = (
+    "<a href=\"{href}\" onclick=\"if (typeof app !== 'undefined' &amp;&amp; typeof results !== 'undefined' "
+    "&amp;&amp; results['{path}']) {{ app.setView({{content: 'img', contentPath: results['{path}'].data_uri, "
+    "resultPath: '{path}', navbarMode: 'resultinfo'}}); return false; }}\">{title}</a>"
+)
 
 # Click a header to sort by it (numbers as numbers); click again to reverse.
 SORT_SCRIPT = """
@@ -63,9 +92,10 @@ def page(title: str, body: str, script: bool = True) -> str:
     <script> (a page embedded in the report's landing page, whose JSON string a literal
     `</script>` would end) - its tables do not sort."""
     tail = f"<script>{SORT_SCRIPT}</script>\n" if script else ""
+    style = STYLE if script else STYLE + LANDING_STYLE
     return (
         f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>"
-        f"<style>{STYLE}</style></head>\n<body>\n<div class=\"lmsat\">\n{body}\n</div>\n{tail}</body></html>\n"
+        f"<style>{style}</style></head>\n<body>\n<div class=\"lmsat\">\n{body}\n</div>\n{tail}</body></html>\n"
     )
 
 
@@ -87,8 +117,9 @@ def html_table(table: pd.DataFrame, css_class: str = "sortable") -> str:
     """`table` (its index dropped) as an HTML <table>; numbers right-aligned, text left."""
     kinds = {column: not pd.api.types.is_numeric_dtype(table[column]) or pd.api.types.is_bool_dtype(table[column])
              for column in table.columns}
-    head = "".join(
-        f"<th class=\"{'text' if kinds[c] else 'num'}\">{html.escape(str(c))}</th>" for c in table.columns
+    head = "".join(  # long snake_case headers may wrap after an underscore (<wbr>)
+        f"<th class=\"{'text' if kinds[c] else 'num'}\">{html.escape(str(c)).replace('_', '_<wbr>')}</th>"
+        for c in table.columns
     )
     rows = []
     for values in table.itertuples(index=False):
@@ -224,9 +255,46 @@ def key_numbers(loss: pd.DataFrame, hidden_sizes: dict[str, int], shortfall: pd.
     return pd.DataFrame(rows)
 
 
+def figure_links(figures) -> str:
+    """A list of links, one per (title, path in the report, href from the summary page) of
+    `figures`: one click from the summary to each figure (FIGURE_LINK)."""
+    items = "".join(
+        "<li>" + FIGURE_LINK.format(title=html.escape(title), path=html.escape(path), href=html.escape(href)) + "</li>"
+        for title, path, href in figures
+    )
+    return f"<ul class=\"figures\">{items}</ul>"
+
+
+
+
+def published_section(published: pd.DataFrame, source: dict, shots: int) -> list[str]:
+    """The summary's part on EleutherAI's published evaluations (lmsat.published.compare): the
+    rows of the run's best and final checkpoints, of checkpoints with an own lm-eval value and
+    of checkpoints whose weights are bit-identical to another revision's, at the run's number
+    of shots; every row is in results/tables/published_evals.csv."""
+    shown = published[(published["shots"] == shots) & (
+        (published["checkpoint"] != "") | published["measured"].notna() | (published["identical_weights"] != "")
+    )]
+    compared = int(published["measured"].notna().sum())
+    note = (f"EleutherAI's lm-eval results of the Pythia checkpoints this run has ({source['repository']} at "
+            f"{source['commit'][:12]}, evals/pythia-v1, {source['license']}), beside this run's lm-eval result of "
+            f"the same model, step, task, metric and shots where it has one ({compared:,} of {len(published):,}; "
+            "difference = measured − published; both harness versions given: scores drift across versions). "
+            "identical_weights names the tensors of a checkpoint that are bit-identical to another revision's: "
+            "such a checkpoint is broken upstream whatever its published evals say. Shown: the best and final "
+            f"checkpoints, those with a result of this run and those flagged, at {shots} shots; all rows are in "
+            "results/tables/published_evals.csv.")
+    return ["<h2>Published Pythia evaluations</h2>", f"<p class=\"note\">{html.escape(note)}</p>",
+            html_table(shown.drop(columns=["published_stderr"]), css_class="sortable published")]
+
+
 def summary_page(title: str, facts: list[str], numbers: pd.DataFrame, comparison: pd.DataFrame,
-                 source: str) -> str:
-    """The report's first page: the run's facts, its key numbers, and the paper's values beside them."""
+                 source: str, figures=(), published: pd.DataFrame | None = None, published_source=None,
+                 shots: int = 0) -> str:
+    """The report's first page: the run's facts, a link to each of its figures (`figures`:
+    (title, path in the report, href from this page)), its key numbers, the paper's values
+    beside them, and EleutherAI's published evaluations of its Pythia checkpoints beside its
+    own lm-eval results (`published`, when the run has any such checkpoint)."""
     comparable = bool(comparison["comparable"].any()) if len(comparison) else False
     shown = comparison.copy()
     if not comparable:  # the paper's values this run has a counterpart of, without a difference
@@ -239,6 +307,8 @@ def summary_page(title: str, facts: list[str], numbers: pd.DataFrame, comparison
     body = "\n".join([
         f"<h1>{html.escape(title)}</h1>",
         "<ul>" + "".join(f"<li>{html.escape(fact)}</li>" for fact in facts) + "</ul>",
+        *(["<h2>Figures</h2>", "<p class=\"note\">Click one to see it with its caption.</p>", figure_links(figures)]
+          if figures else []),
         "<h2>Key numbers, by model (smallest first)</h2>",
         "<p class=\"note\">final_above_best_pct: how far the last checkpoint's loss is above the "
         "loss-minimising one's (saturation); *_shortfall_pct: loss above the scaling law of Fig. 1b; "
@@ -249,5 +319,6 @@ def summary_page(title: str, facts: list[str], numbers: pd.DataFrame, comparison
         f"<p class=\"note\">{html.escape(intro)} Paper values: {html.escape(source)}, "
         "section and figure as given (~ marks a value the paper gives approximately).</p>",
         html_table(shown, css_class="sortable comparison"),
+        *(published_section(published, published_source, shots) if published is not None and len(published) else []),
     ])
     return page(title, body, script=False)  # embedded in the report's landing page

@@ -42,6 +42,17 @@ READ_AHEAD_DOCUMENTS = 256
 FOOTER_KEY = "lmsat_staged"
 HINT = "run the staging rules first (see README, 'Compute nodes without internet')"
 
+# The rules whose jobs reach the network (workflow/rules/fetch.smk, staging.smk); every other
+# job imports lmsat.offline. The workflow makes them local rules where staging_on says so, and
+# `lmsat plan` counts them as the network staging jobs.
+STAGING_RULES = (
+    "fetch_checkpoint",
+    "fetch_best_checkpoint",
+    "stage_tokenizer",
+    "stage_corpus",
+    "stage_lmeval_task",
+)
+
 
 class StagingMissing(FileNotFoundError):
     """A compute job needs a staged file that is not there (staging was skipped)."""

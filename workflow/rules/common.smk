@@ -45,7 +45,11 @@ from lmsat.headcache import shard_count
 from lmsat.integrity import selected_revision as checked_selection
 from lmsat.figures import FIGURES
 from lmsat.metrics import METRICS, table_metric
-from lmsat.staging import needs_staging_corpus, needs_staging_tokenizer
+from lmsat.staging import (
+    STAGING_RULES,
+    needs_staging_corpus,
+    needs_staging_tokenizer,
+)
 
 if Path(sys.modules["lmsat"].__file__ or ".").resolve().parent != LMSAT_SRC / "lmsat":
     raise WorkflowError(  # e.g. an import hook of the environment handed out another one
@@ -225,15 +229,8 @@ def final_model_params(wildcards):
 
 
 # ---------------------------------------------------------------- staging (staging.smk)
-# Jobs of these rules are the only ones that reach the network; every other job imports
-# lmsat.offline and reads what they staged. The profile decides where they run.
-STAGING_RULES = [
-    "fetch_checkpoint",
-    "fetch_best_checkpoint",
-    "stage_tokenizer",
-    "stage_corpus",
-    "stage_lmeval_task",
-]
+# Jobs of lmsat.staging.STAGING_RULES are the only ones that reach the network; every other
+# job imports lmsat.offline and reads what they staged. The profile decides where they run.
 STAGED_DATASETS = f"results/{RUN}/staged/datasets"
 HUB_TOKENIZERS = [
     n for n, s in CONFIG["tokenizers"].items() if needs_staging_tokenizer(s)
@@ -779,10 +776,17 @@ def metric_figure_report(path):
     )
 
 
+def one_line(caption):
+    """A caption (one RST paragraph) on one line, its "quotes" curly: the report lists a job's
+    params with each newline as a literal \\n and each straight double quote as \\", and a
+    paragraph's lines joined render the same."""
+    return re.sub(r'"([^"]*)"', "\u201c\\1\u201d", " ".join(caption.split()))
+
+
 def metric_figure_caption(wildcards):
     """workflow/report/<stem>.rst where the figure has one, else its registry caption."""
     own = CAPTIONS / f"{wildcards.figure}.rst"
-    return own.read_text() if own.exists() else FIGURES[wildcards.figure].caption
+    return one_line(own.read_text() if own.exists() else FIGURES[wildcards.figure].caption)
 
 
 def table_category(wildcards):
@@ -800,19 +804,34 @@ def table_caption(wildcards):
     own = CAPTIONS / f"{name}.rst"
     text = own.read_text() if own.exists() else ""
     section = REPORT_SECTIONS[SECTION_OF_TABLE[name]][1]
-    return (
-        f"{text}\n\n``results/{RUN}/tables/{name}.csv``, cited by {section}; click a column "
+    return one_line(
+        f"{text} ``results/{RUN}/tables/{name}.csv``, cited by {section}; click a column "
         "header to sort, and download the CSV from the link above the table."
-    ).strip()
+    )
 
 
 def report_outputs():
-    """The rendered tables of every section this config makes, and the summary page."""
+    """The rendered tables of every section this config makes, the summary page and the
+    published evaluations beside it (named, so that a finished run makes the new table)."""
     return [
         f"results/{RUN}/report/{name}.html"
         for target in sections_made()
         for name in REPORT_SECTIONS[target][3]
-    ] + [SUMMARY_HTML]
+    ] + [SUMMARY_HTML, f"results/{RUN}/tables/published_evals.csv"]
+
+
+def summary_figures():
+    """[title, PNG path] of every figure this config makes, in the report's order: the
+    summary links each (one click from it to the figure and its caption)."""
+    made = set(core_outputs())
+    figures = []
+    for target in REPORT_SECTIONS:
+        _, title, stems, _ = REPORT_SECTIONS[target]
+        for stem in stems:
+            path = f"results/{RUN}/figures/{stem}.png"
+            if path in made:
+                figures.append([title if len(stems) == 1 else f"{title} ({stem})", path])
+    return figures
 
 
 def summary_inputs(wildcards):
@@ -827,4 +846,9 @@ def summary_inputs(wildcards):
         inputs["table1"] = f"results/{RUN}/tables/table1.csv"
     if "fig6" in made:
         inputs["heads"] = f"results/{RUN}/tables/bottleneck_heads.csv"
+    if "table1" in made:  # beside EleutherAI's published evaluations (lmsat.published)
+        inputs["evaluations"] = evaluation_records()
+    identical = f"results/{RUN}/tables/identical_weights.csv"
+    if identical in core_outputs():
+        inputs["identical"] = identical
     return inputs

@@ -48,6 +48,7 @@ rule summarize_run:
             category="Summary",
         ),
         comparison="results/{run}/tables/paper_comparison.csv",
+        published="results/{run}/tables/published_evals.csv",
     log:
         "logs/{run}/summarize_run.log",
     conda:
@@ -58,6 +59,8 @@ rule summarize_run:
         eval_tokens=CONFIG["sample"]["n_tokens"],
         corpus=CONFIG["sample"]["corpus"],
         config_sha256=CONFIG_SHA256,
+        figures=summary_figures(),
+        num_fewshot=EVALUATION["num_fewshot"],
     script:
         "../scripts/summarize_run.py"
 

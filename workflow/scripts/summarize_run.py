@@ -1,15 +1,19 @@
-"""Rule summarize_run: the report's summary page (results/report/summary.html) and the
-paper comparison table (results/tables/paper_comparison.csv)."""
+"""Rule summarize_run: the report's summary page (results/report/summary.html), the paper
+comparison table (results/tables/paper_comparison.csv) and EleutherAI's published evaluations
+of the run's Pythia checkpoints beside its own lm-eval results (results/tables/published_evals.csv)."""
 
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
 import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
 
 import logging
+import os
 from pathlib import Path
 
 import pandas as pd
 
-from lmsat.io import atomic_path, setup_logging
+from lmsat.io import atomic_path, read_record, setup_logging
+from lmsat.published import compare, published_evals
+from lmsat.published import source as published_source
 from lmsat.report import key_numbers, paper_comparison, paper_values, summary_page
 from lmsat.tables import read_table, write_csv
 
@@ -33,6 +37,14 @@ def scaling_fact(fit) -> str:
     )
 
 
+def run_checkpoints(loss: pd.DataFrame) -> pd.DataFrame:
+    """(model, revision, checkpoint) of every checkpoint of the loss table; checkpoint is
+    best, final, 'best = final' or ''."""
+    best, final = loss["is_best"].astype(bool), loss["is_final"].astype(bool)
+    kind = pd.Series("", index=loss.index).mask(best, "best").mask(final, "final").mask(best & final, "best = final")
+    return pd.DataFrame(dict(model=loss["model"], revision=loss["revision"], checkpoint=kind))
+
+
 def main(snakemake):
     setup_logging(snakemake.log[0])
     inputs, params = snakemake.input, snakemake.params
@@ -51,11 +63,23 @@ def main(snakemake):
         scaling_fact(fit),
         f"Config sha256 {params.config_sha256[:12]}.",
     ]
+    records = [read_record(path, "model", "checkpoint", "task") for path in inputs.get("evaluations", [])]
+    identical = read_table(inputs.identical) if "identical" in inputs.keys() else None
+    published = compare(records, published_evals(), run_checkpoints(loss), identical)
     log.info("key numbers:\n%s\ncompared with the paper:\n%s", numbers.to_string(), comparison.to_string())
+    log.info("%d published evaluations of the run's Pythia checkpoints, %d beside a result of the run",
+             len(published), published["measured"].notna().sum())
+    here = os.path.dirname(snakemake.output.html)
+    figures = [(title, path, os.path.relpath(path, here)) for title, path in params.figures]
     with atomic_path(snakemake.output.html) as tmp:
-        Path(tmp).write_text(summary_page("lmsat: run summary", facts, numbers, comparison, paper["source"]),
-                             encoding="utf-8")
+        Path(tmp).write_text(
+            summary_page("lmsat: run summary", facts, numbers, comparison, paper["source"], figures=figures,
+                         published=published, published_source=published_source(),
+                         shots=params.num_fewshot),
+            encoding="utf-8",
+        )
     write_csv(comparison, snakemake.output.comparison, params.config_sha256)
+    write_csv(published, snakemake.output.published, params.config_sha256)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from lmsat.figures.style import colours, in_table_order, plt, save_figure
+from lmsat.figures.style import colours, compact_number, drop_crowded_labels, in_table_order, log_axis, plt, save_figure
 
 PAPER_RISE_WERROR = 0.6  # "performance starts decreasing when the W-error outgrows 0.6" (Fig. 8)
 
@@ -21,7 +21,7 @@ def _rank_axis(ax, heads: pd.DataFrame) -> None:
     ax.set_xscale("log", base=2)
     ranks = sorted(set(heads["rank"]))
     ax.set_xticks(ranks)
-    ax.set_xticklabels([str(r) for r in ranks], fontsize=7)
+    ax.set_xticklabels([compact_number(r) for r in ranks], fontsize=7)
     ax.set_xlabel("head rank r")
 
 
@@ -55,31 +55,41 @@ def plot_rank_heads(heads: pd.DataFrame, paths):
 
 
 def plot_werror_loss(heads: pd.DataFrame, paths):
-    """Fig. 8: final loss of the rank-r heads against the W-error of the model's own head at r."""
+    """Fig. 8: final loss of the rank-r heads against the W-error of the model's own head at r.
+
+    Each point is labelled with its rank where the label fits (inside the axes, clear of the
+    labels of larger ranks: drop_crowded_labels); where a model's loss starts to rise is a
+    dashed line with its own legend entry, so no label is drawn at the axes' edge.
+    """
     colors = colours(in_table_order(heads))
     fig, ax = plt.subplots(figsize=(5.5, 3.8))
     ax.axvline(PAPER_RISE_WERROR, color="0.7", lw=3, alpha=0.5, label="paper: rise past ~0.6")
+    labels = []
     for i, model in enumerate(in_table_order(heads)):
         rows = heads[heads["model"] == model]
         low = rows[rows["kind"] == "low_rank"].sort_values("w_error")
         full = rows[rows["kind"] == "full_head"].iloc[0]
+        rise = low[low["rise_point"]]
         ax.plot(low["w_error"], low["eval_loss"], "o-", color=colors[model], ms=4, label=model)
         ax.axhline(full["eval_loss"], color=colors[model], ls=":", lw=1)
-        for row in low.itertuples():  # rank labels above the first model's points, below the next's
-            ax.annotate(f"r={row.rank}", (row.w_error, row.eval_loss), fontsize=6, color=colors[model],
-                        xytext=(4, 4 if i % 2 == 0 else -9), textcoords="offset points")
-        rise = low[low["rise_point"]]
+        for row in low.itertuples():  # above the first model's points, below the next's; leftwards near x = 1
+            right = row.w_error > 0.8
+            labels.append(ax.annotate(
+                f"r={row.rank}", (row.w_error, row.eval_loss), fontsize=6, color=colors[model],
+                xytext=(-4 if right else 4, 4 if i % 2 == 0 else -9), textcoords="offset points",
+                ha="right" if right else "left",
+            ))
         if not rise.empty:
             x = float(rise["w_error"].iloc[0])
-            ax.axvline(x, color=colors[model], ls="--", lw=1)
-            ax.text(x, 0.55 + 0.07 * i, f"{model}: rises at {x:.2f} ", transform=ax.get_xaxis_transform(),
-                    fontsize=7, color=colors[model], ha="right")
+            ax.axvline(x, color=colors[model], ls="--", lw=1, label=f"{model}: loss rises at W-error {x:.2f}")
     ax.set_xlim(-0.02, 1.02)
+    ax.margins(y=0.15)
     ax.set_xlabel("W-error of the model's own head at rank r")
     ax.set_ylabel("eval cross-entropy of the rank-r head (nats)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
+    drop_crowded_labels(fig, labels, ax)
     return save_figure(fig, paths)
 
 
@@ -102,7 +112,7 @@ def plot_ngram_werror(table: pd.DataFrame, paths):
                     label = f"{corpus}: true {int(first['order'])}-gram matrix"
                 ax.plot(curve["d"], curve["werror"], style, color=colors[corpus], lw=1.3, label=label)
         ax.axhline(0.5, color="0.6", lw=0.8, ls=":")
-        ax.set_xscale("log")
+        log_axis(ax, "x")
         ax.set_ylim(0, 1.02)
         ax.set_xlabel("rank d")
         ax.set_title(f"{tokenizer} tokenizer", fontsize=9, loc="left")

@@ -14,9 +14,21 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from matplotlib.colors import ListedColormap, Normalize, SymLogNorm
+from matplotlib.colors import ListedColormap, Normalize
 
-from lmsat.figures.style import IDENTICAL_NOTE, colours, in_table_order, label_grid, note, panel_grid, plt, save_figure
+from lmsat.figures.style import (
+    IDENTICAL_NOTE,
+    colours,
+    in_table_order,
+    label_grid,
+    log_axis,
+    note,
+    panel_grid,
+    plt,
+    save_figure,
+    step_colorbar,
+    step_colours,
+)
 
 ATTENTION_PANELS = (  # (column, y label); linear axes show "towards 1" and "towards 0" as such
     ("effective_rank", "effective rank"),
@@ -67,7 +79,7 @@ def plot_anisotropy_training(training: pd.DataFrame, paths):
             rows["tokens"], rows["loss"], c=rows["anisotropy_last"], cmap="magma_r", norm=norm, s=22, zorder=2,
             edgecolors="0.3", linewidths=0.3,
         )
-        ax.set_xscale("log")
+        log_axis(ax, "x")
         ax.set_title(model, fontsize=9, loc="left")
     label_grid(axes, "training tokens", "loss (nats)")
     fig.colorbar(points, ax=list(axes), label="last-layer anisotropy", shrink=0.6)
@@ -75,7 +87,8 @@ def plot_anisotropy_training(training: pd.DataFrame, paths):
 
 
 def plot_head_spectra(spectra: pd.DataFrame, paths):
-    """Fig. 4: LM-head singular values / the largest, one curve per checkpoint (colour = step).
+    """Fig. 4: LM-head singular values / the largest, one curve per checkpoint (colour = step:
+    each step present its own colour, evenly by rank, `step_colours`).
 
     A panel per model with checkpoints along training; models released without intermediate
     checkpoints (one revision at step 0, e.g. GPT-2 at `main`) are left out, unless no model
@@ -84,14 +97,13 @@ def plot_head_spectra(spectra: pd.DataFrame, paths):
     along = spectra.groupby("model", sort=False)["step"].transform("max") > 0
     spectra = spectra[along] if along.any() else spectra
     models = in_table_order(spectra)
-    norm = SymLogNorm(linthresh=1, vmin=0, vmax=max(1, spectra["step"].max()), base=10)
-    cmap = plt.get_cmap("viridis")
+    colour, mappable, steps = step_colours(spectra["step"])
     fig, axes = panel_grid(len(models), 3.4, 2.8, ncols=4, pad=0.4, sharex=False, sharey=True)
     for ax, model in zip(axes, models):
         rows = spectra[spectra["model"] == model]
         for (_, step, flagged), curve in rows.groupby(["revision", "step", "identical_weights"], sort=False):
             ax.plot(
-                curve["index"], curve["normalised"], color=cmap(norm(step)), lw=0.9 if flagged else 1.1,
+                curve["index"], curve["normalised"], color=colour[int(step)], lw=0.9 if flagged else 1.1,
                 ls="--" if flagged else "-", alpha=0.9,
             )
         ax.set_title(model, fontsize=9, loc="left")
@@ -99,8 +111,7 @@ def plot_head_spectra(spectra: pd.DataFrame, paths):
         ax.set_ylim(0, 1.03)
         ax.grid(alpha=0.3)
     axes[0].set_ylabel(r"$\sigma_i / \sigma_1$")
-    mappable = plt.cm.ScalarMappable(norm=norm, cmap=cmap)
-    fig.colorbar(mappable, ax=list(axes), label="training step", shrink=0.9)
+    step_colorbar(fig, mappable, steps, list(axes), label="training step", shrink=0.9)
     if spectra["identical_weights"].any():
         note(fig, IDENTICAL_NOTE)
     return save_figure(fig, paths)
@@ -125,7 +136,7 @@ def plot_singular_entropy(entropy: pd.DataFrame, paths, power: int = 1):
         ok, flagged = rows[~rows["identical_weights"]], rows[rows["identical_weights"]]
         ax.scatter(ok["tokens"], ok[column], s=16, color=colour, zorder=3)
         ax.scatter(flagged["tokens"], flagged[column], s=16, facecolors="none", edgecolors=colour, zorder=3)
-    ax.set_xscale("log")
+    log_axis(ax, "x")
     ax.set_xlabel("training tokens")
     ax.set_ylabel("singular entropy (nats)" + (r", $p \propto \sigma$" if power == 1 else r", $p \propto \sigma^2$"))
     ax.grid(alpha=0.3)
@@ -164,7 +175,7 @@ def plot_attention_lowrank(attention: pd.DataFrame, paths):
                 ax.plot(curve["tokens"], curve[column], ls="-" if kind == "qk" else "--", lw=1.1, color=colour)
                 flagged = curve[curve["identical_weights"]]
                 ax.scatter(flagged["tokens"], flagged[column], s=14, facecolors="none", edgecolors=colour, zorder=3)
-            ax.set_xscale("log")
+            log_axis(ax, "x")
             ax.grid(alpha=0.3)
             ax.set_ylabel(label, fontsize=8)
         row[0].set_title(model, fontsize=9, loc="left")
@@ -195,7 +206,7 @@ def plot_effective_rank(table: pd.DataFrame, paths):
         axes[0].plot(rows["tokens"], rows["effective_rank_centered"], color=colour[model], ls="--", lw=1)
         axes[1].plot(rows["tokens"], rows["singular_entropy"], color=colour[model], marker="o", ms=3, label=model)
     for ax, ylabel in zip(axes, ("effective rank", "singular entropy (nats)")):
-        ax.set_xscale("log")
+        log_axis(ax, "x")
         ax.set_xlabel("training tokens")
         ax.set_ylabel(ylabel)
     axes[0].legend(fontsize=7)

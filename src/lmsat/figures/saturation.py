@@ -14,10 +14,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from lmsat.figures.style import in_table_order, label_grid, panel_grid, plt, save_figure
+from lmsat.figures.style import in_table_order, label_grid, log_axis, panel_grid, plt, save_figure
 from lmsat.scaling import predict
 
-LOSS_CAP_PERCENTILE = 90  # Fig. 1a's y axis ends just above this percentile of a model's losses
+LOSS_CAP_PERCENTILE = 90  # Fig. 1a's y axis ends just above this percentile of a model's losses ...
+LOSS_CAP_SHARE = 1 / 3  # ... when the first checkpoints above it would otherwise take more than this share of it
 LABEL_BOX = dict(boxstyle="round,pad=0.15", facecolor="white", edgecolor="none", alpha=0.85)  # over the curves
 STYLES = {  # Fig. 1b: kind -> (colour, marker) of its points and curve
     "final": ("tab:blue", "o"),
@@ -34,7 +35,9 @@ def plot_loss_curves(table: pd.DataFrame, paths, entropy_rate: float | None = No
     models released without intermediate checkpoints (GPT-2, OPT, ... at `main`, step 0). The y axis ends
     just above the LOSS_CAP_PERCENTILE-th percentile of the model's losses, so that the early
     steep descent does not flatten the late rise; points above it are drawn as triangles on
-    the top edge and the panel says how many there are and how high they go.
+    the top edge and the panel says how many there are and how high they go. The cap applies
+    only when that is so (loss_axis_top): on a short run whose first checkpoint is not far
+    above the rest, every point is drawn.
     """
     along = table[table["tokens"] > 0]
     models = in_table_order(along)
@@ -50,7 +53,7 @@ def plot_loss_curves(table: pd.DataFrame, paths, entropy_rate: float | None = No
         bottom = loss.min() - 0.1 * span - (0.1 if entropy_rate is None else 0)
         if entropy_rate is not None:
             bottom = min(bottom, entropy_rate - 0.05 * span)
-        top = np.percentile(loss, LOSS_CAP_PERCENTILE) + 0.1 * span
+        top = loss_axis_top(loss, span)
         above = loss > top
         ax.plot(rows["tokens"], np.minimum(loss, top), color="0.75", lw=1, zorder=1)
         ax.scatter(rows["tokens"][~above], loss[~above], c=cmap(shade[~above]), s=18, zorder=2, edgecolors="none")
@@ -63,12 +66,25 @@ def plot_loss_curves(table: pd.DataFrame, paths, entropy_rate: float | None = No
         ax.scatter(best["tokens"], best["loss"], marker="*", s=140, color="crimson", zorder=3, label="best")
         if entropy_rate is not None:
             ax.axhline(entropy_rate, color="k", ls="--", lw=0.8, label="entropy rate")
-        ax.set_xscale("log")
+        log_axis(ax, "x")
         ax.set_title(model, fontsize=9, loc="left")
         ax.set_ylim(bottom, top)
     label_grid(axes, "training tokens", "loss (nats)")
     axes[0].legend(fontsize=7, loc="lower left")
     return save_figure(fig, paths)
+
+
+def loss_axis_top(loss: np.ndarray, span: float) -> float:
+    """The top of a Fig. 1a panel for `loss` in step order: just above the LOSS_CAP_PERCENTILE-th
+    percentile when the points above it are the first checkpoints (the early descent) and
+    drawing them would take more than LOSS_CAP_SHARE of the axis (the cap zooms in on the
+    rest by 1.5x or more); otherwise just above the highest loss (nothing hidden)."""
+    capped = np.percentile(loss, LOSS_CAP_PERCENTILE) + 0.1 * span
+    above = loss > capped
+    first = above.any() and not above[int(above.sum()):].any()  # the points above are a prefix
+    if first and loss.max() - capped > LOSS_CAP_SHARE * (loss.max() - loss.min() + 0.1 * span):
+        return capped
+    return loss.max() + 0.1 * span
 
 
 def law_curve(n_params, tokens, n_grid, **constants) -> np.ndarray:
@@ -142,7 +158,7 @@ def plot_scaling_fit(points: pd.DataFrame, fit, paths):
     how = "fitted" if fit["source"] == "fit" else "fixed"
     ax.set_title(f"L = {constants['A']:.4g}/N^{constants['alpha']:.3f} + {constants['B']:.4g}/T^{constants['beta']:.3g}"
                  f" + {constants['E']:.4g}  (A, alpha {how})", fontsize=8)
-    ax.set_xscale("log")
+    log_axis(ax, "x")
     ax.set_xlabel(f"parameters N ({str(fit['params']).replace('_', '-')})")
     ax.set_ylabel("loss (nats/token)")
     ax.legend(fontsize=7, loc="best")

@@ -21,6 +21,8 @@ import matplotlib
 matplotlib.use("Agg")  # the only place: every figure module imports plt from here
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib.colors import BoundaryNorm, ListedColormap  # noqa: E402
+from matplotlib.ticker import Formatter, Locator, NullFormatter, NullLocator  # noqa: E402
 
 from lmsat.io import atomic_path  # noqa: E402
 
@@ -84,3 +86,107 @@ def label_grid(axes, xlabel: str, ylabel: str) -> None:
 def note(fig, text: str) -> None:
     """A grey footnote under the figure."""
     fig.text(0.01, -0.01, text, fontsize=7, color="0.35", ha="left", va="top")
+
+
+# Log-axis ticks: per decade, the mantissas labelled, coarsest first; the first set with at
+# least MIN_LOG_TICKS ticks in view is used (a run spanning less than a decade gets 2 and 5,
+# or every integer mantissa), so labels are few and short whatever the run's length.
+LOG_SUBS = ((1.0,), (1.0, 2.0, 5.0), (1.0, 2.0, 3.0, 5.0, 7.0), tuple(float(m) for m in range(1, 10)))
+MIN_LOG_TICKS = 3
+MAX_LOG_TICKS = 7  # more decades than this: every k-th decade
+
+
+class CompactLogLocator(Locator):
+    """Major ticks of a log axis: a few 'round' values (1, 2, 5 x 10^k, ...) in view, never
+    more than MAX_LOG_TICKS; matplotlib's own labels the minor ticks of a sub-decade span,
+    whose labels overlap."""
+
+    def __call__(self):
+        vmin, vmax = self.axis.get_view_interval()
+        return self.tick_values(vmin, vmax)
+
+    def tick_values(self, vmin, vmax):
+        vmin, vmax = sorted((vmin, vmax))
+        if not vmax > 0:
+            return np.array([])
+        vmin = max(vmin, vmax * 1e-12)
+        decades = np.arange(np.floor(np.log10(vmin)), np.ceil(np.log10(vmax)) + 1)
+        for subs in LOG_SUBS:
+            ticks = np.array([m * 10**d for d in decades for m in subs])
+            ticks = ticks[(ticks >= vmin * (1 - 1e-9)) & (ticks <= vmax * (1 + 1e-9))]
+            if len(ticks) >= MIN_LOG_TICKS or subs == LOG_SUBS[-1]:
+                break
+        if len(ticks) > MAX_LOG_TICKS:  # many decades: keep every k-th power of ten
+            ticks = np.array([10**d for d in decades if vmin <= 10**d <= vmax])
+            ticks = ticks[:: int(np.ceil(len(ticks) / MAX_LOG_TICKS))]
+        return ticks
+
+
+def compact_number(value: float) -> str:
+    """1500 -> '1.5k', 2e9 -> '2B', 0.03 -> '0.03': short tick labels (tokens, parameters, ranks)."""
+    for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g}{suffix}"
+    return f"{value:.3g}"
+
+
+class CompactFormatter(Formatter):
+    def __call__(self, value, pos=None):
+        return compact_number(value)
+
+
+def log_axis(ax, which: str = "x") -> None:
+    """Set a log scale on `which` axis of `ax` with few, short, non-overlapping labels
+    (CompactLogLocator, compact_number) and unlabelled minor ticks, for any data span."""
+    axis = ax.xaxis if which == "x" else ax.yaxis
+    (ax.set_xscale if which == "x" else ax.set_yscale)("log")
+    axis.set_major_locator(CompactLogLocator())
+    axis.set_major_formatter(CompactFormatter())
+    axis.set_minor_formatter(NullFormatter())
+
+
+def step_colours(steps, cmap: str = "viridis"):
+    """Each distinct step its own colour, evenly along `cmap` (0 to 0.85) by rank, so 8 steps
+    from 50 to 400 are as far apart as 8 from 0 to 143,000. Returns (step -> colour, a
+    colour-bar mappable whose ticks are the steps)."""
+    steps = sorted(set(int(step) for step in steps))
+    scale = plt.get_cmap(cmap)
+    colour = {step: scale(0.85 * i / max(len(steps) - 1, 1)) for i, step in enumerate(steps)}
+    norm = BoundaryNorm(np.arange(len(steps) + 1) - 0.5, len(steps))
+    mappable = plt.cm.ScalarMappable(norm=norm, cmap=ListedColormap([colour[step] for step in steps]))
+    return colour, mappable, steps
+
+
+def step_colorbar(fig, mappable, steps, axes, max_labels: int = 8, **kwargs):
+    """A colour bar of step_colours: one band per step, at most `max_labels` of them labelled
+    (the first, the last, and evenly between)."""
+    bar = fig.colorbar(mappable, ax=axes, **kwargs)
+    shown = sorted(set(np.linspace(0, len(steps) - 1, min(len(steps), max_labels)).round().astype(int)))
+    bar.set_ticks(shown)
+    bar.set_ticklabels([f"{steps[i]:,}" for i in shown])
+    bar.ax.yaxis.set_minor_locator(NullLocator())
+    return bar
+
+
+def overlaps(a, b) -> bool:
+    """Whether two display-space bounding boxes overlap (touching edges do not)."""
+    return a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1
+
+
+def drop_crowded_labels(fig, texts, inside) -> list:
+    """Remove every text of `texts` (in priority order) that overlaps one kept before it or
+    leaves the axes `inside`; returns those kept. For point labels of a short run (r=2, r=4
+    drawn on top of each other)."""
+    renderer = fig.canvas.get_renderer()
+    frame = inside.get_window_extent(renderer)
+    kept, boxes = [], []
+    for text in texts:
+        box = text.get_window_extent(renderer)
+        if box.x0 < frame.x0 or box.x1 > frame.x1 or box.y0 < frame.y0 or box.y1 > frame.y1 or any(
+            overlaps(box, other) for other in boxes
+        ):
+            text.remove()
+            continue
+        kept.append(text)
+        boxes.append(box)
+    return kept

@@ -1,0 +1,103 @@
+"""`python -m lmsat plan`: the jobs, downloads, disk and hours of a config's plan, from its
+real dry run (Snakemake on the workflow, in a temp directory; no hub is reached)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from conftest import ROOT, small_toy_config
+from lmsat.commands.plan import dry_run, estimate, load, render
+from lmsat.fetch import estimated_parameters
+
+README_COMMAND = "python -m lmsat plan --configfile config/pythia.yaml --gpus 8 --disk-mb 110000"
+
+
+def readme_plan() -> str:
+    """The plan output the README quotes (the fenced block after README_COMMAND)."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    found = re.search(re.escape("$ " + README_COMMAND) + r"\n(.*?)\n```", text, re.S)
+    assert found, f"README quotes no output of `{README_COMMAND}`"
+    return found.group(1)
+
+
+@pytest.fixture(scope="module")
+def pythia(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("pythia_plan")
+    configfile = str(ROOT / "config" / "pythia.yaml")
+    plan = load(configfile)
+    jobs = dry_run(configfile, None, directory)
+    return plan, jobs, estimate(jobs, plan, directory, gpus=8, disk_mb=110000)
+
+
+def test_the_readme_quotes_the_pythia_plan(pythia):
+    assert render(pythia[2]) == readme_plan()
+
+
+def test_the_pythia_plan_adds_up(pythia):
+    plan, jobs, found = pythia
+    assert sum(found.by_kind.values()) == len(jobs)
+    assert found.by_rule["analyse_checkpoint"] == ("GPU", sum(len(m.revisions) for m in plan.models.values()))
+    assert found.by_kind["GPU"] == sum(1 for job in jobs if job.gpus >= 1)
+    fetches = [job for job in jobs if job.rule == "fetch_checkpoint"]
+    assert found.by_kind["network staging"] >= len(fetches) == 1540  # 10 models x 154 revisions
+    one_each = sum(estimated_parameters(m) * 2 for m in plan.models.values())  # float16
+    evaluated = {job.wildcards["model"] for job in jobs if job.rule == "evaluate_checkpoint"}
+    assert len(evaluated) == 10 and found.best_fetches == 10  # each one's best revision, fetched again
+    best = sum(estimated_parameters(plan.models[m]) * 2 for m in evaluated)
+    assert found.download_bytes == pytest.approx(154 * one_each + best)
+    assert 45e9 < one_each < 55e9  # one revision of the ten models: 49 GB on the hub
+    assert found.hours["GPU"]["model"] > 0 and found.hours["GPU"]["measured"] == 0  # nothing measured there
+
+
+def test_a_run_with_measured_job_times_uses_them(tmp_path):
+    config = small_toy_config()
+    configfile = tmp_path / "small.yaml"
+    configfile.write_text(yaml.safe_dump(config))
+    plan = load(str(configfile))
+    jobs = dry_run(str(configfile), None, tmp_path)
+    before = estimate(jobs, plan, tmp_path, gpus=1, disk_mb=None)
+    assert before.measured_rules == {} and before.hours["CPU"]["measured"] == 0
+    # measured times of one model's per-checkpoint jobs (Snakemake benchmark files)
+    analysed = [job for job in jobs if job.rule == "analyse_checkpoint"]
+    measured = [job for job in analysed if job.wildcards["model"] == "toy-d16"]
+    for index, job in enumerate(measured):
+        path = tmp_path / "benchmarks" / "out" / plan.run / "analyse_checkpoint" / "toy-d16" / f"step{index}.tsv"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("s\th:m:s\tmax_rss\n" f"{300 + 100 * index}\t0:05:00\t100\n")
+    mean = sum(300 + 100 * i for i in range(len(measured))) / len(measured)
+    after = estimate(jobs, plan, tmp_path, gpus=1, disk_mb=None)
+    assert after.measured_rules == {"analyse_checkpoint": len(analysed)}
+    ratio = {job.wildcards["model"]: estimated_parameters(plan.models[job.wildcards["model"]]) /
+             estimated_parameters(plan.models["toy-d16"]) for job in analysed}
+    expected = sum(mean * ratio[job.wildcards["model"]] for job in analysed) / 3600  # other models: scaled
+    assert after.hours["CPU"]["measured"] == pytest.approx(expected)
+    assert after.hours["CPU"]["model"] < before.hours["CPU"]["model"]  # the model no longer counts them
+    assert f"measured: benchmarks/out/{plan.run}/: analyse_checkpoint ({len(analysed)} jobs)" in render(after)
+
+
+def test_the_command_prints_the_plan(tmp_path):
+    config = small_toy_config(models=("toy-d16",))
+    configfile = tmp_path / "one.yaml"
+    configfile.write_text(yaml.safe_dump(config))
+    result = subprocess.run([sys.executable, "-m", "lmsat", "plan", "--configfile", str(configfile), "--directory",
+                             str(tmp_path)], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.startswith(f"plan of run {config['run'] or 'one'}: ") and "GPU hours: 0.0 estimated" in result.stdout
+    assert "analyse_checkpoint (CPU)" in result.stdout
+
+
+def test_a_profile_with_job_groups_counts_each_job_once(tmp_path):
+    """profiles/slurm groups the metric jobs; its dry run lists some members in two groups."""
+    from collections import Counter
+
+    configfile = tmp_path / "small.yaml"
+    configfile.write_text(yaml.safe_dump(small_toy_config()))
+    plain = dry_run(str(configfile), None, tmp_path)
+    grouped = dry_run(str(configfile), str(ROOT / "profiles" / "slurm"), tmp_path)
+    assert Counter(job.rule for job in grouped) == Counter(job.rule for job in plain)
+    assert len({job.jobid for job in grouped}) == len(grouped)
