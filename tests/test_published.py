@@ -18,7 +18,9 @@ import pandas as pd
 import pytest
 
 from conftest import ROOT, script
+from lmsat.io import write_json
 from lmsat.published import COLUMNS, compare, published_evals, rows_of, source
+from lmsat.tables import write_csv
 
 DATA = ROOT / "tests" / "data" / "pythia_evals"
 SAMPLES = {  # file -> (model, shots, step)
@@ -114,18 +116,18 @@ def test_the_summary_of_a_run_with_a_pythia_named_model_shows_them(tmp_path):
     loss = pd.DataFrame([dict(suite="local", model="pythia-160m", revision=f"step{s}", step=s, tokens=s * 2097152,
                               loss=l, loss_sem=0.01, is_best=s == 3000, is_final=s == 143000)
                          for s, l in ((0, 10.9), (3000, 3.1), (143000, 3.2))])
-    loss.to_csv(tables / "loss.csv", index=False)
-    pd.DataFrame([dict(A=1.0, alpha=0.3, B=1.0, beta=0.3, E=1.5, min_params=1e9, params="non_embedding",
+    write_csv(loss, tables / "loss.csv")
+    write_csv(pd.DataFrame([dict(A=1.0, alpha=0.3, B=1.0, beta=0.3, E=1.5, min_params=1e9, params="non_embedding",
                        source="fixed", mean_shortfall_final_pct=math.nan, mean_shortfall_best_pct=math.nan)]
-                 ).to_csv(tables / "scaling_fit.csv", index=False)
-    pd.DataFrame(columns=["model", "n_params", "kind", "tokens", "measured", "predicted", "shortfall_pct", "fitted"]
-                 ).to_csv(tables / "scaling_shortfall.csv", index=False)
-    pd.DataFrame([dict(suite="local", model="pythia-160m", revision="step3000", step=3000, tensor="head",
+                 ), tables / "scaling_fit.csv")
+    write_csv(pd.DataFrame(columns=["model", "n_params", "kind", "tokens", "measured", "predicted", "shortfall_pct", "fitted"]
+                 ), tables / "scaling_shortfall.csv")
+    write_csv(pd.DataFrame([dict(suite="local", model="pythia-160m", revision="step3000", step=3000, tensor="head",
                        group="step3000", group_size=2, identical_to="step143000", sha256="ab")]
-                 ).to_csv(tables / "identical_weights.csv", index=False)
+                 ), tables / "identical_weights.csv")
     record = root / "evaluation" / "pythia-160m" / "final" / "sciq.json"
     record.parent.mkdir(parents=True)
-    record.write_text(json.dumps(own_record("pythia-160m", "final", "step143000", "sciq", {"acc": 0.70})))
+    write_json(record, own_record("pythia-160m", "final", "step143000", "sciq", {"acc": 0.70}))
     from snakemake.iocontainers import Namedlist
 
     job = SimpleNamespace(
