@@ -16,6 +16,7 @@ from lmsat.config import (
     load_yaml,
     ngram_tokenizers,
     result_config,
+    run_of_config_file,
 )
 from lmsat.corpus import corpus_inputs
 from lmsat.evaluation import OFFLINE_TASKS, STORYCLOZE_2016_FILES
@@ -46,7 +47,10 @@ PLAN = load_plan(
     config,
     SCHEMA,
     default_run=(
-        Path(workflow.overwrite_configfiles[-1]).stem
+        run_of_config_file(
+            workflow.overwrite_configfiles[-1],
+            Path(workflow.basedir) / "config" / "config.yaml",
+        )
         if workflow.overwrite_configfiles
         else "default"
     ),
@@ -110,6 +114,9 @@ METRIC_TABLES = {
 METRIC_FIGURES = [
     stem for stem in FIGURES if any(stem in METRICS[m].figures for m in PLANNED_METRICS)
 ]
+# A slice (`select`) writes under a run directory of its own (lmsat.config.slice_run).
+if any(CONFIG["select"].values()) and workflow.is_main_process:
+    print(f"lmsat: this selection is a slice; it writes under results/{RUN}/", file=sys.stderr)
 
 
 def _alternatives(values):
@@ -173,6 +180,12 @@ def model_at(model, revision):
     revisions it already had."""
     entry = MODELS[model]
     return asdict(replace(entry, revisions=(revision,), steps=(entry.step(revision),)))
+
+
+def trained_model_params(wildcards):
+    """The toy model's entry as it is trained (PLAN.trained): every revision of its
+    schedule, whichever ones a slice selects, so a selection never retrains it."""
+    return asdict(PLAN.trained[wildcards.model])
 
 
 def model_params(wildcards):
