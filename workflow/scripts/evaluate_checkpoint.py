@@ -28,10 +28,13 @@ def main(snakemake):
         return
 
     # Offline (lmsat.offline): a hub task's datasets come from the cache rule stage_lmeval_task
-    # filled, named in its manifest. Read by datasets when imported, so set before any import.
+    # filled (results/<run>/staged/datasets, beside the manifest's staged/lmeval/): found from
+    # the manifest's own path, not the path it records, so a copied or moved run reads its own.
+    # Read by datasets when imported, so set before any import.
     if snakemake.input.get("staged"):
-        staged = read_json(snakemake.input.staged)
-        os.environ["HF_DATASETS_CACHE"] = os.path.abspath(staged["datasets_cache"])
+        read_json(snakemake.input.staged)  # a manifest that is not JSON fails here, naming it
+        staged_dir = os.path.dirname(os.path.dirname(os.path.abspath(snakemake.input.staged)))
+        os.environ["HF_DATASETS_CACHE"] = os.path.join(staged_dir, "datasets")
     import torch
 
     from lmsat.config import ModelEntry
