@@ -43,8 +43,9 @@ def main(snakemake):
 
     torch.set_num_threads(snakemake.threads)
     model = ModelEntry(**params.model)
-    # A hub model reads the copy fetched for this job (a best revision has its own).
-    fetched = snakemake.input.weights if model.source == "hub" else None
+    # A hub model reads the copy fetched for this job (a best revision has its own); one
+    # staged by hand (its input is the record of rule record_weights) is read where it is.
+    fetched = snakemake.input.weights if model.source == "hub" and os.path.isdir(snakemake.input.weights) else None
     target, source = model.pretrained_source(params.revision, cache_dir=fetched)
     try:
         results = run_lmeval(
