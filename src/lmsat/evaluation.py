@@ -119,7 +119,7 @@ def _fill_template(name: str, data_files: dict[str, Path], out_dir: Path) -> Pat
     template = resources.files("lmsat.tasks").joinpath(f"{name}.yaml.in").read_text()
     config = yaml.safe_load(template)
     config["dataset_kwargs"]["data_files"] = {split: _beside(path, out_dir) for split, path in data_files.items()}
-    # datasets' Arrow cache beside the data, so it is deleted with it and never shared
+    # datasets' Arrow cache: the job's own, deleted after it (located_tasks), never shared
     config["dataset_kwargs"]["cache_dir"] = "hf_datasets_cache"
     path = out_dir / f"{name}.yaml"
     header = f"{TASK_HEADER}{name}.yaml.in; do not edit.\n"
@@ -211,19 +211,20 @@ def write_storycloze_task(out_dir, data_dir) -> str:
 # ---------------------------------------------------------------- running lm-eval
 
 
-def _located(kwargs: dict, task_dir: Path) -> dict:
-    """dataset_kwargs with relative data_files and cache_dir resolved against task_dir."""
-    def at(path):
-        return str(task_dir / path) if isinstance(path, str) and not os.path.isabs(path) else path
+def _located(kwargs: dict, task_dir: Path, scratch: Path) -> dict:
+    """dataset_kwargs with relative data_files resolved against task_dir, and a relative
+    cache_dir (datasets' Arrow cache, which records the absolute paths it read) in scratch."""
+    def at(path, root):
+        return str(root / path) if isinstance(path, str) and not os.path.isabs(path) else path
 
     kwargs = dict(kwargs)
     files = kwargs.get("data_files")
     if isinstance(files, dict):
-        kwargs["data_files"] = {split: at(path) for split, path in files.items()}
+        kwargs["data_files"] = {split: at(path, task_dir) for split, path in files.items()}
     elif files is not None:
-        kwargs["data_files"] = at(files)
+        kwargs["data_files"] = at(files, task_dir)
     if "cache_dir" in kwargs:
-        kwargs["cache_dir"] = at(kwargs["cache_dir"])
+        kwargs["cache_dir"] = at(kwargs["cache_dir"], scratch)
     return kwargs
 
 
@@ -231,8 +232,10 @@ def _located(kwargs: dict, task_dir: Path) -> dict:
 def located_tasks(include_path):
     """include_path with the task YAMLs lmsat wrote (TASK_HEADER) pointed at their data where
     they are now: their relative paths are resolved against the YAML's directory into copies
-    in a temporary directory, removed afterwards. Yields (include_path to pass to lm-eval,
-    {task: dataset_kwargs as written}). Directories holding other YAMLs pass unchanged."""
+    in a temporary directory, which also holds datasets' cache and is removed afterwards (so
+    a run directory, copied or moved, is read, never written, and holds no absolute path).
+    Yields (include_path to pass to lm-eval, {task: dataset_kwargs as written}). Directories
+    holding other YAMLs pass unchanged."""
     import tempfile
 
     if not include_path:
@@ -253,7 +256,7 @@ def located_tasks(include_path):
             for path in yamls:
                 config = yaml.safe_load(path.read_text(encoding="utf-8"))
                 written[config["task"]] = config.get("dataset_kwargs") or {}
-                config["dataset_kwargs"] = _located(written[config["task"]], directory)
+                config["dataset_kwargs"] = _located(written[config["task"]], directory, copy_dir)
                 (copy_dir / path.name).write_text(yaml.safe_dump(config, sort_keys=False, allow_unicode=True))
             located.append(str(copy_dir))
         yield (located[0] if isinstance(include_path, (str, os.PathLike)) else located), written
