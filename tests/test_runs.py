@@ -128,6 +128,7 @@ def test_a_slice_is_a_run_of_its_own(default_config):
     assert full.run == "default"
     assert re.fullmatch(r"default-[0-9a-f]{8}", plan.run) and plan.results == f"results/{plan.run}"
     assert plan.run == load_plan(sliced, SCHEMA).run  # the same selection finds its directory again
+    assert load_plan(dict(sliced, run="default"), SCHEMA).run == plan.run  # naming the full run: still its own
     other = dict(default_config, select={"models": ["toy-d32"], "revisions": ["step800"]})
     assert load_plan(other, SCHEMA).run != plan.run
     assert plan.models["toy-d32"].revisions == ("step0", "step800")
@@ -212,6 +213,16 @@ def test_a_hand_staged_cache_is_kept(finished):
         record = read_json(workdir / f"results/default/weights/records/{model}/{REVISION}.json")
         assert record["fingerprint"] == weights_fingerprint(directory)
         assert not Path(record["directory"]).is_absolute()
+
+
+@slow
+def test_a_hand_staged_cache_removed_after_use_reruns_nothing(finished, tmp_path):
+    workdir, config = finished
+    copy = copy_of(workdir, tmp_path)
+    shutil.rmtree(copy / f"results/default/weights/mirror/{REVISION}")  # space freed by hand
+    dry = snakemake(copy, config, "-n", *TARGETS)
+    assert dry.returncode == 0, dry.stdout[-4000:]
+    assert "Nothing to be done" in dry.stdout, dry.stdout[-4000:]
 
 
 @slow

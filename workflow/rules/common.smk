@@ -119,7 +119,10 @@ METRIC_FIGURES = [
 ]
 # A slice (`select`) writes under a run directory of its own (lmsat.config.slice_run).
 if any(CONFIG["select"].values()) and workflow.is_main_process:
-    print(f"lmsat: this selection is a slice; it writes under results/{RUN}/", file=sys.stderr)
+    print(
+        f"lmsat: this selection is a slice; it writes under results/{RUN}/",
+        file=sys.stderr,
+    )
 
 
 def _alternatives(values):
@@ -160,7 +163,8 @@ def tracked_weights(model, revision):
     """The directory of `revision` of `model` if the pipeline did not make it: a local
     checkpoint, or a hub cache staged by hand (no FETCHED_MARKER in it, or no longer there
     once its record exists: removed by hand after use). None for the toy suite and for
-    downloads. Rule record_weights fingerprints these; their readers depend on the record."""
+    downloads. Rule record_weights fingerprints these; their readers depend on the record.
+    """
     entry = MODELS[model]
     if entry.source == "local":
         return entry.pretrained_source(revision)[0]
@@ -205,7 +209,8 @@ def weights_of(model, revision):
 
 def check_toy_hub():
     """Stop the plan if a toy model's published checkpoints changed after its training job
-    recorded them (lmsat.fingerprint): every table would describe weights no longer there."""
+    recorded them (lmsat.fingerprint): every table would describe weights no longer there.
+    """
     for name, entry in MODELS.items():
         manifest = Path(f"results/{RUN}/toy/models/{name}.json")
         if entry.source != "toy" or not manifest.exists():
