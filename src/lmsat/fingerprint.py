@@ -27,6 +27,8 @@ IGNORED_DIRS = {".locks", ".no_exist"}
 # written by lmsat.fetch.fetch_checkpoint into the hub caches it downloads: a cache without
 # it was staged by hand, is tracked like a local checkpoint and is never deleted
 FETCHED_MARKER = ".lmsat-fetched.json"
+# bookkeeping, not weights: our marker, and the one Snakemake puts in directory outputs
+IGNORED_FILES = {FETCHED_MARKER, ".snakemake_timestamp"}
 
 
 def _sha256(path: Path) -> str:
@@ -59,14 +61,14 @@ def file_fingerprint(path: Path) -> str:
 
 def weights_fingerprint(directory) -> dict[str, str]:
     """{path relative to `directory`: file_fingerprint} of every file below it (symlinks
-    followed, huggingface_hub's bookkeeping and our fetch marker left out); {} if absent."""
+    followed, bookkeeping left out: IGNORED_DIRS, IGNORED_FILES); {} if absent."""
     root = Path(directory)
     found = {}
     for folder, dirs, files in os.walk(root, followlinks=True):
         dirs[:] = sorted(d for d in dirs if d not in IGNORED_DIRS)
         for name in sorted(files):
             path = Path(folder) / name
-            if name == FETCHED_MARKER or not path.is_file():
+            if name in IGNORED_FILES or not path.is_file():
                 continue
             found[path.relative_to(root).as_posix()] = file_fingerprint(path)
     return found
