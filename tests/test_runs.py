@@ -248,6 +248,7 @@ def test_replaced_toy_hub_files_stop_the_plan(finished, tmp_path):
     dry = snakemake(copy, config, "-n", *TARGETS)
     assert dry.returncode != 0
     assert "toy model toy-d16: 1 file(s) of its published checkpoints" in dry.stdout, dry.stdout[-3000:]
+    assert "changed after its training job (train_toy_model) wrote them (snapshots/" in dry.stdout
     assert "Fix: delete results/default/toy/models/toy-d16.json" in dry.stdout
 
 

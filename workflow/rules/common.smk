@@ -223,7 +223,7 @@ def check_toy_hub():
         if changed:
             raise ValueError(
                 f"toy model {name}: {len(changed)} file(s) of its published checkpoints in {repository} "
-                f"changed after rule train_toy_model wrote them ({', '.join(changed[:3])}"
+                f"changed after its training job (train_toy_model) wrote them ({', '.join(changed[:3])}"
                 f"{', ...' if len(changed) > 3 else ''}), so the tables would describe weights that are no "
                 f"longer there. Fix: delete {manifest} (snakemake then retrains {name} and reruns every job "
                 "that read it), or put the published files back"
