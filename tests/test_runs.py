@@ -266,7 +266,7 @@ def test_a_copied_run_reads_and_writes_only_its_own_files(finished, tmp_path):
     for data in (workdir / "results/default/evaluation/tasks").glob("*.jsonl"):
         data.unlink()  # the original's task data is gone
     original = files_of(workdir)
-    result = snakemake(copy, config, "--forcerun", "evaluate_checkpoint", EVAL_JSON)
+    result = snakemake(copy, config, "--forcerun", "evaluate_checkpoint", "--", EVAL_JSON)
     assert result.returncode == 0, result.stdout[-4000:]
     after = read_json(copy / EVAL_JSON)["results"]["results"]["synthetic_ppl"]["word_perplexity,none"]
     assert after == pytest.approx(before, rel=1e-6)
