@@ -19,7 +19,9 @@ sys.path.append(str(ROOT / "workflow" / "scripts"))
 
 @pytest.fixture
 def default_config() -> dict:
-    return copy.deepcopy(load_yaml(ROOT / "config" / "config.yaml"))
+    """config/config.yaml, its run named: written to another file (tmp/config.yaml), it
+    would be named after that file (lmsat.config.run_of_config_file)."""
+    return dict(copy.deepcopy(load_yaml(ROOT / "config" / "config.yaml")), run="default")
 
 
 def script(name):
@@ -67,7 +69,7 @@ def small_toy_config(models=("toy-d16", "toy-d32"), n_seq=256, chunk=2) -> dict:
     the final step16), an eval sample of `n_seq` sequences of 32 tokens cached `chunk`
     sequences at a time, short training, and small later stages."""
     config = copy.deepcopy(load_yaml(ROOT / "config" / "config.yaml"))
-    config.update(device="cpu", threads=1, metrics=None)  # every registered metric
+    config.update(run="default", device="cpu", threads=1, metrics=None)  # every registered metric
     config["toy"].update(
         language={"vocab_size": 256, "order": 2, "groups": 4, "support": 24},
         train_tokens=20000,

@@ -58,6 +58,7 @@ from lmsat.fetch import (
     wait_for_space,
     with_backoff,
 )
+from lmsat.fingerprint import FETCHED_MARKER
 from lmsat.io import setup_logging
 from lmsat.models import ModelLoadError, load_causal_lm
 
@@ -112,6 +113,9 @@ def stage_mirror(workdir):
                            intermediate_size=32, max_position_embeddings=64, tie_word_embeddings=False)
     cache = workdir / entry().cache_dir(MIRROR_REVISION)
     hub.publish_revision(GPTNeoXForCausalLM(config), None, cache, MIRROR_ID, MIRROR_REVISION)
+    # marked as lmsat.fetch.fetch_checkpoint marks its downloads: these runs treat it as
+    # fetched (deleted after use); one staged by hand is tracked and kept (tests/test_runs.py)
+    (cache / FETCHED_MARKER).write_text(json.dumps(dict(model="mirror", id=MIRROR_ID, revision=MIRROR_REVISION)))
     return cache
 
 

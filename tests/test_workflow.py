@@ -108,6 +108,7 @@ def test_operational_changes_rerun_nothing(default_run, tmp_path):
     run must stay finished (at paper scale a rerun is 1,540 GPU jobs and 7.6 TB fetched)."""
     workdir, _ = default_run
     config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    config["run"] = "default"  # tmp/config.yaml would otherwise name the run "config"
     config["threads"] = 2
     config["device"] = "cpu"
     config["extraction"].update(mem_mb=config["extraction"].get("mem_mb", 4000) * 2, runtime=15)

@@ -137,6 +137,9 @@ class Plan:
 
     config: dict
     models: dict[str, ModelEntry]
+    # each model as it is trained (toy suite): its revisions before `select` cut them, so
+    # that training depends only on what it trains, not on which revisions a slice reads
+    trained: dict[str, ModelEntry] | None = None
 
     @property
     def run(self) -> str:
@@ -796,16 +799,47 @@ def load_plan(config: dict, schema: str | Path | dict, default_run: str = "defau
         for key, value in sorted(config.items())
     }
     config["run"] = check_path_name("run", config["run"] or default_run, "run name")
+    config = resolve_local_runs(config)  # discovered revisions, before a selection cuts them
+    whole = config
+    config = select(whole)
+    if config is not whole:  # a slice never writes into its full run (slice_run)
+        config["run"] = slice_run(config["run"], config["select"])
     results = f"results/{config['run']}"
-    config = resolve_local_runs(config)
-    config = select(config)
     _locate_run_files(config, results)
     models = _models(config, results)
     _refuse_ambiguous_plan(config, models)
     _check_references(config, models)
     _check_sections(config, models)
     check_scaling_plan(config, models)
-    return Plan(config=config, models=by_size(models))
+    trained = models
+    if config is not whole:  # the selected models with all their revisions
+        unselected = copy.deepcopy(whole)
+        for suite in unselected["suites"].values():
+            suite["models"] = [m for m in suite["models"] if m["name"] in models]
+        unselected["suites"] = {name: s for name, s in unselected["suites"].items() if s["models"]}
+        _locate_run_files(unselected, results)
+        trained = _models(unselected, results)
+    return Plan(config=config, models=by_size(models), trained=trained)
+
+
+def run_of_config_file(path, default_config) -> str:
+    """The run a config file names when it sets no `run:`: its stem (config/pythia.yaml ->
+    pythia), except the workflow's own default config (`default_config`), whose run is
+    `default`. Shipped configs set no `run:`, so an edited copy under another name writes
+    under a directory of its own, never over the run it was copied from."""
+    if Path(path).resolve() == Path(default_config).resolve():
+        return "default"
+    return Path(path).stem
+
+
+def slice_run(run: str, chosen: dict) -> str:
+    """The run directory of a slice of `run`: `<run>-<8 hex digits>`, a hash of the
+    selection. A slice's tables, figures and toy models differ from the full run's (fewer
+    rows, other settings beside `select` on the command line), so it gets a directory of
+    its own instead of overwriting the full run's; the same selection finds its directory
+    again and resumes there."""
+    digest = hashlib.sha256(json.dumps(chosen, sort_keys=True).encode()).hexdigest()[:8]
+    return check_path_name("run", f"{run}-{digest}", "run name")
 
 
 def select(config: dict) -> dict:

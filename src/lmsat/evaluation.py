@@ -102,15 +102,27 @@ CHECKPOINT_ORDER = ("best", "final")  # row order within a model; other kinds fo
 # ---------------------------------------------------------------- offline task files
 
 
+TASK_HEADER = "# Written by lmsat.evaluation from lmsat/tasks/"
+
+
+def _beside(path: Path, out_dir: Path) -> str:
+    """`path` relative to out_dir where it lies inside it (the run's own files: a copied or
+    moved run directory reads its own), else absolute (files the user keeps elsewhere)."""
+    path, out_dir = path.resolve(), out_dir.resolve()
+    return str(path.relative_to(out_dir)) if path.is_relative_to(out_dir) else str(path)
+
+
 def _fill_template(name: str, data_files: dict[str, Path], out_dir: Path) -> Path:
-    """Load the packaged template `name`, point it at data_files, write out_dir/<name>.yaml."""
+    """Load the packaged template `name`, point it at data_files, write out_dir/<name>.yaml.
+    Paths inside out_dir are written relative to it; run_lmeval resolves them where the
+    YAML is when it runs (located_tasks)."""
     template = resources.files("lmsat.tasks").joinpath(f"{name}.yaml.in").read_text()
     config = yaml.safe_load(template)
-    config["dataset_kwargs"]["data_files"] = {split: str(path.resolve()) for split, path in data_files.items()}
-    # datasets' Arrow cache beside the data, so it is deleted with it and never shared
-    config["dataset_kwargs"]["cache_dir"] = str((out_dir / "hf_datasets_cache").resolve())
+    config["dataset_kwargs"]["data_files"] = {split: _beside(path, out_dir) for split, path in data_files.items()}
+    # datasets' Arrow cache: the job's own, deleted after it (located_tasks), never shared
+    config["dataset_kwargs"]["cache_dir"] = "hf_datasets_cache"
     path = out_dir / f"{name}.yaml"
-    header = f"# Written by lmsat.evaluation from lmsat/tasks/{name}.yaml.in; do not edit.\n"
+    header = f"{TASK_HEADER}{name}.yaml.in; do not edit.\n"
     path.write_text(header + yaml.safe_dump(config, sort_keys=False, allow_unicode=True))
     return path
 
@@ -197,6 +209,57 @@ def write_storycloze_task(out_dir, data_dir) -> str:
 
 
 # ---------------------------------------------------------------- running lm-eval
+
+
+def _located(kwargs: dict, task_dir: Path, scratch: Path) -> dict:
+    """dataset_kwargs with relative data_files resolved against task_dir, and a relative
+    cache_dir (datasets' Arrow cache, which records the absolute paths it read) in scratch."""
+    def at(path, root):
+        return str(root / path) if isinstance(path, str) and not os.path.isabs(path) else path
+
+    kwargs = dict(kwargs)
+    files = kwargs.get("data_files")
+    if isinstance(files, dict):
+        kwargs["data_files"] = {split: at(path, task_dir) for split, path in files.items()}
+    elif files is not None:
+        kwargs["data_files"] = at(files, task_dir)
+    if "cache_dir" in kwargs:
+        kwargs["cache_dir"] = at(kwargs["cache_dir"], scratch)
+    return kwargs
+
+
+@contextlib.contextmanager
+def located_tasks(include_path):
+    """include_path with the task YAMLs lmsat wrote (TASK_HEADER) pointed at their data where
+    they are now: their relative paths are resolved against the YAML's directory into copies
+    in a temporary directory, which also holds datasets' cache and is removed afterwards (so
+    a run directory, copied or moved, is read, never written, and holds no absolute path).
+    Yields (include_path to pass to lm-eval, {task: dataset_kwargs as written}). Directories
+    holding other YAMLs pass unchanged."""
+    import tempfile
+
+    if not include_path:
+        yield include_path, {}
+        return
+    dirs = [include_path] if isinstance(include_path, (str, os.PathLike)) else list(include_path)
+    written = {}
+    with tempfile.TemporaryDirectory(prefix="lmsat-tasks-") as tmp:
+        located = []
+        for i, directory in enumerate(dirs):
+            directory = Path(directory).resolve()
+            yamls = sorted(directory.glob("*.yaml"))
+            if not yamls or not all(p.read_text(encoding="utf-8").startswith(TASK_HEADER) for p in yamls):
+                located.append(str(directory))
+                continue
+            copy_dir = Path(tmp) / str(i)
+            copy_dir.mkdir()
+            for path in yamls:
+                config = yaml.safe_load(path.read_text(encoding="utf-8"))
+                written[config["task"]] = config.get("dataset_kwargs") or {}
+                config["dataset_kwargs"] = _located(written[config["task"]], directory, copy_dir)
+                (copy_dir / path.name).write_text(yaml.safe_dump(config, sort_keys=False, allow_unicode=True))
+            located.append(str(copy_dir))
+        yield (located[0] if isinstance(include_path, (str, os.PathLike)) else located), written
 
 
 def _task_manager(tasks: list[str], include_path):
@@ -385,12 +448,27 @@ def run_lmeval(
     Raises ManualDownloadRequired (before loading the model) for tasks such as
     storycloze_2016 whose data must be downloaded by hand.
     """
-    from lm_eval.models.huggingface import HFLM
-    from lm_eval.utils import handle_non_serializable
-
     tasks = [tasks] if isinstance(tasks, str) else list(tasks)
     if not tasks:
         raise ValueError("tasks: empty; name at least one lm-eval task")
+    with located_tasks(include_path) as (located, written):
+        results = _run_lmeval(
+            model_name_or_path, revision, tasks, batch_size=batch_size, limit=limit, device=device, dtype=dtype,
+            cache_dir=cache_dir, local_files_only=local_files_only, include_path=located, num_fewshot=num_fewshot,
+            tokenizer=tokenizer, bootstrap_iters=bootstrap_iters,
+        )
+    # the record keeps the task's paths as written (relative to its YAML), not where they were read
+    for task, kwargs in written.items():
+        if task in results.get("configs", {}):
+            results["configs"][task]["dataset_kwargs"] = kwargs
+    return results
+
+
+def _run_lmeval(model_name_or_path, revision, tasks, *, batch_size, limit, device, dtype, cache_dir,
+                local_files_only, include_path, num_fewshot, tokenizer, bootstrap_iters) -> dict:
+    from lm_eval.models.huggingface import HFLM
+    from lm_eval.utils import handle_non_serializable
+
     task_manager = _task_manager(tasks, include_path)
     _check_tasks(tasks, task_manager)
 

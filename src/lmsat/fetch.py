@@ -34,7 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lmsat.config import ModelEntry
-from lmsat.io import is_disk_full
+from lmsat.fingerprint import FETCHED_MARKER
+from lmsat.io import is_disk_full, write_json
 
 log = logging.getLogger(__name__)
 
@@ -284,6 +285,8 @@ def fetch_checkpoint(model: ModelEntry, revision: str, cache_dir, *, policy: Ret
     folder = Path(folder)
     check_weights(folder, model, revision)
     size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+    # the mark of a download: a cache without it was staged by hand and is never deleted
+    write_json(Path(cache_dir) / FETCHED_MARKER, dict(model=model.name, id=model.id, revision=revision))
     log.info("fetched %s: %.1f MB in %.0f s", what, size / 1e6, time.perf_counter() - clock)
     return folder
 

@@ -37,13 +37,17 @@ from lmsat.config import (
     load_yaml,
     ngram_tokenizers,
     result_config,
+    run_of_config_file,
 )
 from lmsat.corpus import corpus_inputs
 from lmsat.evaluation import OFFLINE_TASKS, STORYCLOZE_2016_FILES
 from lmsat.fetch import checkpoint_disk_mb, estimated_parameters
 from lmsat.headcache import shard_count
 from lmsat.integrity import selected_revision as checked_selection
+from lmsat.hub import repo_dir
 from lmsat.figures import FIGURES
+from lmsat.fingerprint import FETCHED_MARKER, changed_files, weights_fingerprint
+from lmsat.io import read_json
 from lmsat.metrics import METRICS, table_metric
 from lmsat.staging import (
     STAGING_RULES,
@@ -84,7 +88,10 @@ PLAN = load_plan(
     chosen,
     SCHEMA,
     default_run=(
-        Path(workflow.overwrite_configfiles[-1]).stem
+        run_of_config_file(
+            workflow.overwrite_configfiles[-1],
+            WORKFLOW_DIR.parent / "config" / "config.yaml",
+        )
         if workflow.overwrite_configfiles
         else "default"
     ),
@@ -152,6 +159,12 @@ METRIC_TABLES = {
 METRIC_FIGURES = [
     stem for stem in FIGURES if any(stem in METRICS[m].figures for m in PLANNED_METRICS)
 ]
+# A slice (`select`) writes under a run directory of its own (lmsat.config.slice_run).
+if any(CONFIG["select"].values()) and workflow.is_main_process:
+    print(
+        f"lmsat: this selection is a slice; it writes under results/{RUN}/",
+        file=sys.stderr,
+    )
 
 
 def _alternatives(values):
@@ -188,17 +201,79 @@ def fetched_checkpoint(path):
     return temp(directory(path)) if FETCH["remove_after_use"] else directory(path)
 
 
+def tracked_weights(model, revision):
+    """The directory of `revision` of `model` if the pipeline did not make it: a local
+    checkpoint, or a hub cache staged by hand (no FETCHED_MARKER in it, or no longer there
+    once its record exists: removed by hand after use). None for the toy suite and for
+    downloads. Rule record_weights fingerprints these; their readers depend on the record.
+    """
+    entry = MODELS[model]
+    if entry.source == "local":
+        return entry.pretrained_source(revision)[0]
+    if entry.source != "hub":
+        return None
+    cache = Path(entry.cache_dir(revision))
+    if cache.is_dir():
+        return None if (cache / FETCHED_MARKER).exists() else str(cache)
+    record = Path(weights_record(model, revision))
+    return str(cache) if record.exists() else None
+
+
+def weights_record(model, revision):
+    return f"results/{RUN}/weights/records/{model}/{revision}.json"
+
+
+def recorded_fingerprint(wildcards):
+    """Fingerprint of a tracked checkpoint (lmsat.fingerprint), a param of record_weights:
+    changed files change it, which reruns the record and so every job that read them. A hub
+    cache staged by hand and removed after use keeps its recorded fingerprint."""
+    directory = tracked_weights(wildcards.model, wildcards.revision)
+    if Path(directory).is_dir():
+        return weights_fingerprint(directory)
+    return read_json(weights_record(wildcards.model, wildcards.revision))["fingerprint"]
+
+
 def weights_of(model, revision):
     """What must exist before `revision` of `model` can be loaded: the toy suite's trained
-    model, or the checkpoint fetched from the hub. ancient(): a checkpoint fetched again
-    (e.g. the best one for lm-eval, after its first copy was removed) is the same weights,
-    so its newer files must not rerun the finished jobs that read the first copy."""
+    model, the record of weights the pipeline did not make (tracked_weights), or the
+    checkpoint fetched from the hub. ancient(): a checkpoint fetched again (e.g. the best
+    one for lm-eval, after its first copy was removed) is the same weights, so its newer
+    files must not rerun the finished jobs that read the first copy."""
     entry = MODELS[model]
     if entry.source == "toy":
         return f"results/{RUN}/toy/models/{model}.json"
+    if tracked_weights(model, revision):
+        return weights_record(model, revision)
     if entry.source == "hub":
         return ancient(entry.cache_dir(revision))
     return []
+
+
+def check_toy_hub():
+    """Stop the plan if a toy model's published checkpoints changed after its training job
+    recorded them (lmsat.fingerprint): every table would describe weights no longer there.
+    """
+    for name, entry in MODELS.items():
+        manifest = Path(f"results/{RUN}/toy/models/{name}.json")
+        if entry.source != "toy" or not manifest.exists():
+            continue
+        recorded = read_json(manifest).get("published")
+        if recorded is None:  # trained before lmsat recorded what it published
+            continue
+        repository = repo_dir(entry.cache_dir(entry.final_revision), entry.id)
+        changed = changed_files(recorded, weights_fingerprint(repository))
+        if changed:
+            raise ValueError(
+                f"toy model {name}: {len(changed)} file(s) of its published checkpoints in {repository} "
+                f"changed after its training job (train_toy_model) wrote them ({', '.join(changed[:3])}"
+                f"{', ...' if len(changed) > 3 else ''}), so the tables would describe weights that are no "
+                f"longer there. Fix: delete {manifest} (snakemake then retrains {name} and reruns every job "
+                "that read it), or put the published files back"
+            )
+
+
+if workflow.is_main_process:  # not again in every job's own parse of the workflow
+    check_toy_hub()
 
 
 def checkpoint_weights(wildcards):
@@ -215,6 +290,12 @@ def model_at(model, revision):
     revisions it already had."""
     entry = MODELS[model]
     return asdict(replace(entry, revisions=(revision,), steps=(entry.step(revision),)))
+
+
+def trained_model_params(wildcards):
+    """The toy model's entry as it is trained (PLAN.trained): every revision of its
+    schedule, whichever ones a slice selects, so a selection never retrains it."""
+    return asdict(PLAN.trained[wildcards.model])
 
 
 def model_params(wildcards):
@@ -523,7 +604,8 @@ def evaluation_inputs(wildcards):
     if best == model.final_revision:
         final = f"results/{RUN}/evaluation/{model.name}/final/{wildcards.task}.json"
         return dict(selection=selection, same_as=final)
-    if model.source == "hub":  # a copy of its own (rule fetch_best_checkpoint)
+    if model.source == "hub" and not tracked_weights(model.name, best):
+        # a copy of its own (rule fetch_best_checkpoint); one staged by hand is read in place
         weights = f"results/{RUN}/weights/best/{model.name}/{best}"
     else:
         weights = weights_of(model.name, best)

@@ -39,3 +39,25 @@ use rule fetch_checkpoint as fetch_best_checkpoint with:
         "logs/{run}/fetch_best_checkpoint/{model}/{revision}.log",
     benchmark:
         "benchmarks/out/{run}/fetch_best_checkpoint/{model}/{revision}.tsv"
+
+
+# Weights the pipeline did not download (a local checkpoint, a hub cache staged by hand at
+# results/{run}/weights/{model}/{revision}) are never deleted; their readers depend on this
+# record instead, whose param is the files' fingerprint (common.smk: tracked_weights): a
+# checkpoint changed after a run reruns the record, and so every job that read it.
+localrules:
+    record_weights,
+
+
+rule record_weights:
+    output:
+        "results/{run}/weights/records/{model}/{revision}.json",
+    log:
+        "logs/{run}/record_weights/{model}/{revision}.log",
+    conda:
+        "../../envs/lmsat.yaml"
+    params:
+        directory=lambda wildcards: tracked_weights(wildcards.model, wildcards.revision),
+        fingerprint=recorded_fingerprint,
+    script:
+        "../scripts/record_weights.py"

@@ -41,7 +41,7 @@ rule train_toy_model:
         mem_mb=2000,
         runtime=30,
     params:
-        model=model_params,
+        model=trained_model_params,
         toy=CONFIG["toy"],
         seed=CONFIG["seed"],
     script:

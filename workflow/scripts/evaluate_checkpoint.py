@@ -28,10 +28,13 @@ def main(snakemake):
         return
 
     # Offline (lmsat.offline): a hub task's datasets come from the cache rule stage_lmeval_task
-    # filled, named in its manifest. Read by datasets when imported, so set before any import.
+    # filled (results/<run>/staged/datasets, beside the manifest's staged/lmeval/): found from
+    # the manifest's own path, not the path it records, so a copied or moved run reads its own.
+    # Read by datasets when imported, so set before any import.
     if snakemake.input.get("staged"):
-        staged = read_json(snakemake.input.staged)
-        os.environ["HF_DATASETS_CACHE"] = os.path.abspath(staged["datasets_cache"])
+        read_json(snakemake.input.staged)  # a manifest that is not JSON fails here, naming it
+        staged_dir = os.path.dirname(os.path.dirname(os.path.abspath(snakemake.input.staged)))
+        os.environ["HF_DATASETS_CACHE"] = os.path.join(staged_dir, "datasets")
     import torch
 
     from lmsat.checkpoints import check_weight_files
@@ -41,8 +44,9 @@ def main(snakemake):
 
     torch.set_num_threads(snakemake.threads)
     model = ModelEntry(**params.model)
-    # A hub model reads the copy fetched for this job (a best revision has its own).
-    fetched = snakemake.input.weights if model.source == "hub" else None
+    # A hub model reads the copy fetched for this job (a best revision has its own); one
+    # staged by hand (its input is the record of rule record_weights) is read where it is.
+    fetched = snakemake.input.weights if model.source == "hub" and os.path.isdir(snakemake.input.weights) else None
     target, source = model.pretrained_source(params.revision, cache_dir=fetched)
     check_weight_files(model, params.revision, cache_dir=fetched)  # a truncated file or missing shard, by name
     try:

@@ -9,6 +9,7 @@ from transformers import AutoTokenizer
 
 from lmsat import hub, toy
 from lmsat.config import ModelEntry
+from lmsat.fingerprint import weights_fingerprint
 from lmsat.io import setup_logging, write_json
 
 
@@ -36,9 +37,13 @@ def main(snakemake):
         hub.publish_revision(lm, tokenizer, hub_cache, model.id, steps[step])
 
     history = toy.train_toy_model(train_tokens, model_spec, train_spec, sorted(steps), publish)
+    # what it published, checked at every plan (common.smk: check_toy_hub): files replaced
+    # after training stop the plan instead of being tabulated as this model
+    published = weights_fingerprint(snakemake.output.repository)
     write_json(
         snakemake.output.manifest,
-        dict(model=model.name, id=model.id, revisions=list(model.revisions), steps=list(model.steps), history=history),
+        dict(model=model.name, id=model.id, revisions=list(model.revisions), steps=list(model.steps), history=history,
+             published=published),
     )
 
 

@@ -1,0 +1,277 @@
+"""Finished work is never lost or overwritten (issue 22): each case is made to happen on the
+files of a real finished run.
+
+1. slices          a selection (`select`) writes under a run directory of its own
+                   (results/<run>-<hash>/), its toy training takes every revision of the
+                   schedule, and the finished full run stays "Nothing to be done"
+2. copied configs  shipped configs name no `run:`; a copy is named after its file
+3. foreign inputs  a local checkpoint and a hub cache staged by hand are fingerprinted
+                   (rule record_weights) and never deleted; changed files rerun their jobs;
+                   toy hub files replaced after training stop the plan, naming the model
+4. moved runs      nothing under results/ holds an absolute path; a copy of a run evaluates
+                   from its own files after the original's are cut, writing nothing there
+
+The workflow tests share one finished run (a toy model, a local checkpoint, a hub cache
+staged by hand, one lm-eval task) and work on copies of it where they change files.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+import yaml
+
+from lmsat import hub
+from lmsat.config import ConfigError, load_plan, load_yaml, run_of_config_file, slice_run
+from lmsat.fingerprint import FETCHED_MARKER, changed_files, weights_fingerprint
+from lmsat.io import read_json
+
+from conftest import ROOT, SCHEMA, small_toy_config
+
+slow = pytest.mark.slow  # runs Snakemake (tens of seconds)
+SNAKEMAKE = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile")]
+OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+MIRROR_ID, REVISION = "lmsat-test/mirror", "step1"
+LOCAL_DIR = "checkpoints/loc"  # relative to the run's working directory: copies carry it
+EVAL_JSON = "results/default/evaluation/toy-d16/final/synthetic_ppl.json"
+TARGETS = ["fig1a", EVAL_JSON]
+SLICE = ["select={models: [toy-d16], revisions: [step16]}", "toy={max_steps: 16}"]
+
+
+def tiny_neox(seed: int):
+    """A 1-block GPT-NeoX over the toy tokenizer (258 ids, 264 head rows)."""
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+    torch.manual_seed(seed)
+    config = GPTNeoXConfig(vocab_size=264, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                           intermediate_size=32, max_position_embeddings=64, tie_word_embeddings=False)
+    return GPTNeoXForCausalLM(config)
+
+
+def stage_by_hand(workdir: Path, seed: int) -> Path:
+    """The hub checkpoint lmsat-test/mirror@step1 placed by hand where rule fetch_checkpoint
+    would put it (no fetch marker: the pipeline did not download it)."""
+    cache = workdir / f"results/default/weights/mirror/{REVISION}"
+    hub.publish_revision(tiny_neox(seed), None, cache, MIRROR_ID, REVISION)
+    return cache
+
+
+def save_local(workdir: Path, seed: int) -> Path:
+    directory = workdir / LOCAL_DIR / REVISION
+    tiny_neox(seed).save_pretrained(directory)
+    return directory
+
+
+def run_config() -> dict:
+    """One toy model (step0, step16), a local and a hand-staged hub checkpoint, one lm-eval task."""
+    config = small_toy_config(("toy-d16",), n_seq=16, chunk=4)
+    listed = dict(tokenizer="toy", tokens_per_step=256, revisions={"schedule": "list", "list": [REVISION]})
+    config["suites"]["local"] = dict(listed, models=[dict(name="loc", source="local", id=LOCAL_DIR, hidden_size=16,
+                                                          vocab_size=264)])
+    config["suites"]["hub"] = dict(listed, models=[dict(name="mirror", id=MIRROR_ID, hidden_size=16, vocab_size=264)])
+    config["evaluation"].update(models=["toy-d16"], tasks=["synthetic_ppl"])
+    return config
+
+
+def snakemake(workdir: Path, config: dict, *args, name="config.yaml", timeout=900):
+    configfile = workdir / name
+    configfile.write_text(yaml.safe_dump(config, sort_keys=False))
+    return subprocess.run(
+        SNAKEMAKE + ["--directory", str(workdir), "--configfile", str(configfile), "--cores", "2", *args],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout, env={**os.environ, **OFFLINE},
+    )
+
+
+def job_counts(output: str) -> dict[str, int]:
+    """Snakemake's own 'Job stats' table: jobs per rule, and the total."""
+    table = output.split("Job stats:", 1)[1].split("\n\n", 1)[0]
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M)}
+
+
+def files_of(root: Path) -> dict[str, int]:
+    """{relative path: mtime_ns} of every file under root."""
+    return {str(p.relative_to(root)): p.stat().st_mtime_ns for p in root.rglob("*") if p.is_file()}
+
+
+def copy_of(workdir: Path, tmp_path: Path) -> Path:
+    """The whole finished run (results, logs, Snakemake's records, the local checkpoint)."""
+    copy = tmp_path / "copy"
+    shutil.copytree(workdir, copy, symlinks=True)  # keeps mtimes, like cp -a
+    return copy
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("finished")
+    stage_by_hand(workdir, seed=7)
+    save_local(workdir, seed=11)
+    config = run_config()
+    result = snakemake(workdir, config, *TARGETS)
+    assert result.returncode == 0, result.stdout[-4000:]
+    return workdir, config
+
+
+# ------------------------------------------------------------------ 1. slices
+
+
+def test_a_slice_is_a_run_of_its_own(default_config):
+    sliced = dict(default_config, select={"models": ["toy-d32"], "revisions": ["step0", "step800"]})
+    plan, full = load_plan(sliced, SCHEMA), load_plan(default_config, SCHEMA)
+    assert full.run == "default"
+    assert re.fullmatch(r"default-[0-9a-f]{8}", plan.run) and plan.results == f"results/{plan.run}"
+    assert plan.run == load_plan(sliced, SCHEMA).run  # the same selection finds its directory again
+    assert load_plan(dict(sliced, run="default"), SCHEMA).run == plan.run  # naming the full run: still its own
+    other = dict(default_config, select={"models": ["toy-d32"], "revisions": ["step800"]})
+    assert load_plan(other, SCHEMA).run != plan.run
+    assert plan.models["toy-d32"].revisions == ("step0", "step800")
+    assert plan.models["toy-d32"].results == f"results/{plan.run}"
+    # training: every revision of the schedule, whichever the slice reads
+    assert plan.trained["toy-d32"].revisions == full.models["toy-d32"].revisions
+    assert set(plan.trained) == {"toy-d32"} and full.trained == full.models
+    assert slice_run("default", {"models": ["a"]}) != slice_run("default", {"models": ["b"]})
+    with pytest.raises(ConfigError, match="select.models"):
+        load_plan(dict(default_config, select={"models": ["toy-d7"]}), SCHEMA)
+
+
+@slow
+def test_the_readme_slice_leaves_the_full_run_finished(finished):
+    workdir, config = finished
+    tables = workdir / "results/default/tables"
+    before = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in tables.glob("*.csv")}
+    default_files = files_of(workdir / "results/default")
+    result = snakemake(workdir, config, "--config", *SLICE, "--", "fig1a")
+    assert result.returncode == 0, result.stdout[-4000:]
+    run = load_plan(dict(config, select={"models": ["toy-d16"], "revisions": ["step16"]}), SCHEMA).run
+    assert f"it writes under results/{run}/" in result.stdout
+    loss = pd.read_csv(workdir / f"results/{run}/tables/loss.csv")
+    assert list(zip(loss["model"], loss["revision"])) == [("toy-d16", "step16")]
+    # its toy model was trained with every revision of the schedule, not only the selected one
+    assert read_json(workdir / f"results/{run}/toy/models/toy-d16.json")["revisions"] == ["step0", "step16"]
+    assert files_of(workdir / "results/default") == default_files  # nothing written, moved or deleted
+    assert {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in tables.glob("*.csv")} == before
+    dry = snakemake(workdir, config, "-n", *TARGETS)
+    assert dry.returncode == 0, dry.stdout[-4000:]
+    assert "Nothing to be done" in dry.stdout, dry.stdout[-4000:]
+
+
+# ------------------------------------------------------------------ 2. copied configs
+
+
+def test_shipped_configs_name_no_run(tmp_path):
+    for path in sorted((ROOT / "config").glob("*.yaml")):
+        assert "run" not in load_yaml(path), f"{path.name} names its run: an edited copy would write into it"
+    shipped = ROOT / "config" / "config.yaml"
+    assert run_of_config_file(shipped, shipped) == "default"
+    assert run_of_config_file(ROOT / "config" / "pythia.yaml", shipped) == "pythia"
+    copy = tmp_path / "config.yaml"  # a copy under the same name elsewhere is not the default run
+    shutil.copy(shipped, copy)
+    assert run_of_config_file(copy, shipped) == "config"
+    assert run_of_config_file(tmp_path / "wide.yaml", shipped) == "wide"
+
+
+@slow
+def test_an_edited_copy_of_a_config_plans_its_own_run(finished):
+    workdir, config = finished
+    copy = {key: value for key, value in config.items() if key != "run"}
+    copy["seed"] = 1  # another experiment
+    dry = snakemake(workdir, copy, "-n", "fig1a", name="wide.yaml")
+    assert dry.returncode == 0, dry.stdout[-4000:]
+    assert "results/wide/tables/loss.csv" in dry.stdout
+    assert "results/default/" not in dry.stdout
+
+
+# ------------------------------------------------------------------ 3. inputs the pipeline did not make
+
+
+def test_fingerprints_follow_the_files(tmp_path):
+    directory = save_local(tmp_path, seed=1)
+    first = weights_fingerprint(directory.parent)
+    assert first == weights_fingerprint(directory.parent)
+    assert {f"{REVISION}/config.json", f"{REVISION}/model.safetensors"} <= set(first)
+    save_local(tmp_path, seed=2)  # same shapes, other values
+    assert changed_files(first, weights_fingerprint(directory.parent)) == [f"{REVISION}/model.safetensors"]
+    (directory / FETCHED_MARKER).write_text("{}")  # our own marker is not part of the weights
+    assert FETCHED_MARKER not in "".join(weights_fingerprint(directory.parent))
+    assert weights_fingerprint(tmp_path / "absent") == {}
+
+
+@slow
+def test_a_hand_staged_cache_is_kept(finished):
+    workdir, _ = finished
+    cache = workdir / f"results/default/weights/mirror/{REVISION}"
+    assert (cache / "models--lmsat-test--mirror").is_dir()  # remove_after_use deletes downloads only
+    assert not (cache / FETCHED_MARKER).exists()
+    for model, directory in (("mirror", cache), ("loc", workdir / LOCAL_DIR / REVISION)):
+        record = read_json(workdir / f"results/default/weights/records/{model}/{REVISION}.json")
+        assert record["fingerprint"] == weights_fingerprint(directory)
+        assert not Path(record["directory"]).is_absolute()
+
+
+@slow
+def test_a_hand_staged_cache_removed_after_use_reruns_nothing(finished, tmp_path):
+    workdir, config = finished
+    copy = copy_of(workdir, tmp_path)
+    shutil.rmtree(copy / f"results/default/weights/mirror/{REVISION}")  # space freed by hand
+    dry = snakemake(copy, config, "-n", *TARGETS)
+    assert dry.returncode == 0, dry.stdout[-4000:]
+    assert "Nothing to be done" in dry.stdout, dry.stdout[-4000:]
+
+
+@slow
+def test_weights_changed_after_a_run_rerun_their_jobs(finished, tmp_path):
+    workdir, config = finished
+    copy = copy_of(workdir, tmp_path)
+    for path in (copy / LOCAL_DIR).rglob("*"):  # touched, same bytes: small files are hashed whole
+        os.utime(path)
+    dry = snakemake(copy, config, "-n", *TARGETS)
+    assert dry.returncode == 0 and "Nothing to be done" in dry.stdout, dry.stdout[-4000:]
+    stage_by_hand(copy, seed=8)  # another checkpoint of the same shape, staged over the first
+    save_local(copy, seed=12)
+    dry = snakemake(copy, config, "-n", *TARGETS)
+    assert dry.returncode == 0, dry.stdout[-4000:]
+    counts = job_counts(dry.stdout)
+    assert counts["record_weights"] == 2 and counts["analyse_checkpoint"] == 2, counts  # mirror and loc
+    assert "train_toy_model" not in counts and "evaluate_checkpoint" not in counts
+    assert "weights/records/mirror/step1.json" in dry.stdout and "weights/records/loc/step1.json" in dry.stdout
+
+
+@slow
+def test_replaced_toy_hub_files_stop_the_plan(finished, tmp_path):
+    workdir, config = finished
+    copy = copy_of(workdir, tmp_path)
+    final, first = (hub.snapshot_path(copy / "results/default/toy/hub", "lmsat-toy/toy-d16", r) for r in ("step16", "step0"))
+    shutil.copy(first / "model.safetensors", final / "model.safetensors")  # step16 is now step0's weights
+    dry = snakemake(copy, config, "-n", *TARGETS)
+    assert dry.returncode != 0
+    assert "toy model toy-d16: 1 file(s) of its published checkpoints" in dry.stdout, dry.stdout[-3000:]
+    assert "changed after its training job (train_toy_model) wrote them (snapshots/" in dry.stdout
+    assert "Fix: delete results/default/toy/models/toy-d16.json" in dry.stdout
+
+
+# ------------------------------------------------------------------ 4. moved and copied runs
+
+
+@slow
+def test_a_copied_run_reads_and_writes_only_its_own_files(finished, tmp_path):
+    workdir, config = finished
+    for path in (workdir / "results").rglob("*"):
+        if path.is_file():
+            assert str(workdir).encode() not in path.read_bytes(), f"{path} holds an absolute path into the run"
+    copy = copy_of(workdir, tmp_path)
+    before = read_json(workdir / EVAL_JSON)["results"]["results"]["synthetic_ppl"]["word_perplexity,none"]
+    for data in (workdir / "results/default/evaluation/tasks").glob("*.jsonl"):
+        data.unlink()  # the original's task data is gone
+    original = files_of(workdir)
+    result = snakemake(copy, config, "--forcerun", "evaluate_checkpoint", "--", EVAL_JSON)
+    assert result.returncode == 0, result.stdout[-4000:]
+    after = read_json(copy / EVAL_JSON)["results"]["results"]["synthetic_ppl"]["word_perplexity,none"]
+    assert after == pytest.approx(before, rel=1e-6)
+    assert files_of(workdir) == original  # nothing read into being, written or touched there
