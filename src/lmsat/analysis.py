@@ -182,6 +182,9 @@ def attention_summary(result: dict) -> dict:
     return summary
 
 
+SUMMARIES = {"spectra": spectrum_summary, "attention": attention_summary}  # weights metric -> its scalars
+
+
 def analyse_checkpoint(checkpoint, tokens: np.ndarray | None, sample: dict | None, *, settings: dict | None = None,
                        metrics=None, tokenizer_dir: Path | None = None, device: str = "cpu", threads: int | None = None) -> dict:
     """Every asked metric of lmsat.metrics for one checkpoint directory, as the workflow
@@ -221,7 +224,7 @@ def analyse_checkpoint(checkpoint, tokens: np.ndarray | None, sample: dict | Non
     for name in metrics:
         if METRICS[name].reads == "weights":
             result = METRICS[name].compute(lm, job)
-            report[name] = spectrum_summary(result) if name == "spectra" else attention_summary(result) if name == "attention" else result
+            report[name] = SUMMARIES.get(name, lambda values: values)(result)
     if not cache_metrics:
         return report
     extraction = settings["extraction"]
