@@ -1,3 +1,59 @@
-"""lmsat: language-model saturation and the softmax bottleneck across checkpoints."""
+"""lmsat: language-model saturation and the softmax bottleneck across checkpoints.
+
+The functions the workflow computes with are the library's public API, imported on first
+use (so `import lmsat` and `lmsat plan` load neither torch nor h5py):
+
+    import lmsat
+    tokens, sample = lmsat.read_sample("results/default/samples/synthetic/toy.h5")  # (n_seq, seq_len)
+    report = lmsat.analyse_checkpoint("runs/mine/checkpoint-400", tokens, sample)     # as the pipeline
+
+    lmsat.mean_pairwise_cosine(H)           # anisotropy A(H) of (n, d) representations
+    lmsat.singular_values(W)                # (min(V, d),) of a (V, d) head, float64 Gram
+    lmsat.singular_entropy(s), lmsat.effective_rank(s), lmsat.stable_rank(s)
+    lmsat.head_spectrum(lm), lmsat.attention_lowrank(lm)
+    lmsat.extract_to_cache(lm, tokens, path, identity=..., settings=lmsat.ExtractionSettings())
+    lmsat.METRICS["loss"].compute(cache)    # every per-checkpoint metric, by name
+"""
 
 __version__ = "0.1.0"
+
+# public name -> module that defines it (each documents its shapes)
+PUBLIC = {
+    "analyse_checkpoint": "lmsat.analysis",
+    "run_settings": "lmsat.analysis",
+    "resolve_checkpoint": "lmsat.analysis",
+    "text_sample": "lmsat.analysis",
+    "mean_pairwise_cosine": "lmsat.anisotropy",
+    "MeanCosineAccumulator": "lmsat.anisotropy",
+    "singular_values": "lmsat.spectra",
+    "singular_entropy": "lmsat.spectra",
+    "effective_rank": "lmsat.spectra",
+    "stable_rank": "lmsat.spectra",
+    "head_spectrum": "lmsat.degeneration",
+    "attention_arrays": "lmsat.degeneration",
+    "attention_lowrank": "lmsat.attention",
+    "ExtractionSettings": "lmsat.cache",
+    "extract_to_cache": "lmsat.cache",
+    "open_cache": "lmsat.cache",
+    "build_sample": "lmsat.corpus",
+    "read_sample": "lmsat.corpus",
+    "load_causal_lm": "lmsat.models",
+    "load_tokenizer": "lmsat.models",
+    "METRICS": "lmsat.metrics",
+}
+
+__all__ = ["__version__", *PUBLIC]
+
+
+def __getattr__(name: str):
+    if name not in PUBLIC:
+        raise AttributeError(f"module 'lmsat' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(PUBLIC[name]), name)
+    globals()[name] = value  # imported once
+    return value
+
+
+def __dir__():
+    return sorted(__all__)

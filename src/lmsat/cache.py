@@ -92,23 +92,59 @@ def forward_hidden_states(model, input_ids, check_head: bool = False, atol: floa
     return out.hidden_states
 
 
-def _token_losses(head, hidden, targets):
+def _head_logits(head, hidden, out):
+    """head(hidden) written into `out` (a reused (s, V) buffer of the head's dtype) where the
+    head is a plain Linear (the same GEMM as nn.Linear's, so the same values); any other
+    head module returns a fresh tensor."""
+    import torch
+
+    if type(head) is torch.nn.Linear and out is not None:
+        if head.bias is None:
+            return torch.mm(hidden, head.weight.t(), out=out)
+        return torch.addmm(head.bias, hidden, head.weight.t(), out=out)
+    return head(hidden)
+
+
+def _buffer(workspace: dict, rows: int, vocab: int, dtype, device):
+    """A (>= rows, vocab) tensor of `workspace`, made once and reused. # (r, V)"""
+    import torch
+
+    key = ("logits", dtype, str(device))
+    if key not in workspace or workspace[key].shape[0] < rows or workspace[key].shape[1] != vocab:
+        workspace.pop(key, None)  # freed before a larger one is made
+        workspace[key] = torch.empty(rows, vocab, dtype=dtype, device=device)
+    return workspace[key]
+
+
+def _token_losses(head, hidden, targets, workspace=None):
     """Cross-entropy of every position, computing logits a slice at a time. -> (n,) float32
 
-    log-sum-exp in place on each slice's logits (F.cross_entropy would allocate a second
-    slice-sized tensor for its log-softmax: ~10% of a Pythia-160m forward on CPU).
+    Every elementwise pass over the (s, V) logits costs about as much as the head's GEMM on a
+    CPU at Pythia-14m's width (benchmarks/checkpoint_job.py), so the slice does only what a
+    loss needs: the GEMM into a buffer reused across slices and chunks (`workspace`; a fresh
+    half-GiB tensor per slice page-faults on a CPU), one copy to float32 where the head is
+    in another dtype, then log-sum-exp in place (amax: max without indices, the values are
+    the same; F.cross_entropy would allocate a second slice-sized tensor).
     """
     import torch
 
-    step = max(1, LOGITS_BUDGET // head.weight.shape[0])
-    losses = []
-    for i in range(0, hidden.shape[0], step):
-        logits = head(hidden[i : i + step]).float()  # (s, V), a fresh tensor
-        target = logits.gather(1, targets[i : i + step, None])[:, 0]  # (s,)
-        top = logits.max(dim=1, keepdim=True).values  # (s, 1)
+    workspace = {} if workspace is None else workspace
+    n, vocab = hidden.shape[0], head.weight.shape[0]
+    step = max(1, LOGITS_BUDGET // vocab)
+    rows = min(step, n)
+    linear = type(head) is torch.nn.Linear
+    losses = torch.empty(n, dtype=torch.float32, device=hidden.device)
+    for i in range(0, n, step):
+        s = min(step, n - i)
+        out = _buffer(workspace, rows, vocab, head.weight.dtype, hidden.device)[:s] if linear else None
+        logits = _head_logits(head, hidden[i : i + s], out)  # (s, V)
+        if logits.dtype != torch.float32:
+            logits = _buffer(workspace, rows, vocab, torch.float32, hidden.device)[:s].copy_(logits)
+        target = logits.gather(1, targets[i : i + s, None])[:, 0]  # (s,)
+        top = logits.amax(dim=1, keepdim=True)  # (s, 1)
         log_sum = logits.sub_(top).exp_().sum(dim=1).log_()  # (s,)
-        losses.append(log_sum + top[:, 0] - target)
-    return torch.cat(losses)
+        losses[i : i + s] = log_sum + top[:, 0] - target
+    return losses
 
 
 def _to_host(tensors: dict, pinned: dict) -> dict:
@@ -127,13 +163,15 @@ def _to_host(tensors: dict, pinned: dict) -> dict:
     return {k: t.numpy() for k, t in host.items()}
 
 
-def _extract_chunk(model, tokens: np.ndarray, first_flat: int, index: np.ndarray, settings, device, check_head: bool, pinned=None):
+def _extract_chunk(model, tokens: np.ndarray, first_flat: int, index: np.ndarray, settings, device, check_head: bool, pinned=None,
+                   workspace=None):
     """Forward one chunk of sequences. tokens: (c, L) -> dict of numpy arrays (and "finite").
 
     Everything up to the host copy runs on `device`: the cast to the storage dtype, the
     gather of the layer subsample (each hidden state reshaped with its own width, narrower
     ones zero-padded to the widest: cosines are unchanged), the finiteness check; then one
-    copy per array to pinned host memory.
+    copy per array to pinned host memory. `workspace`: the loss's logits buffers, reused
+    across chunks.
     """
     import torch
 
@@ -147,7 +185,7 @@ def _extract_chunk(model, tokens: np.ndarray, first_flat: int, index: np.ndarray
             hidden_states = forward_hidden_states(model, ids, check_head=check_head and b == 0)
             last = hidden_states[-1]  # (b, L, d), post final norm
             d = last.shape[-1]
-            loss = _token_losses(head, last[:, :-1].reshape(-1, d), ids[:, 1:].reshape(-1))
+            loss = _token_losses(head, last[:, :-1].reshape(-1, d), ids[:, 1:].reshape(-1), workspace)
             losses.append(loss.reshape(ids.shape[0], seq_len - 1))
             hiddens.append(last.reshape(-1, d).to(storage))
             lo = first_flat + b * seq_len
@@ -283,7 +321,7 @@ def extract_to_cache(model, tokens: np.ndarray, out_path, *, identity: dict, set
     done = [s for s in starts if _read_marker(marker(s)) is not None] if f is not None else []
     if done:
         log.info("resuming %s: %d of %d chunks already done", out_path, len(done), len(starts))
-    clock, computed, pinned = time.perf_counter(), 0, {}
+    clock, computed, pinned, workspace = time.perf_counter(), 0, {}, {}
     seconds = dict(forward=0.0, write=0.0)  # returned: the two phases of the job's extraction
     try:
         for i, start in enumerate(starts):
@@ -291,7 +329,8 @@ def extract_to_cache(model, tokens: np.ndarray, out_path, *, identity: dict, set
                 continue
             block = tokens[start : start + settings.chunk_sequences]
             tick = time.perf_counter()
-            arrays = _extract_chunk(model, block, start * seq_len, index, settings, device, check_head=(start == 0), pinned=pinned)
+            arrays = _extract_chunk(model, block, start * seq_len, index, settings, device, check_head=(start == 0), pinned=pinned,
+                                    workspace=workspace)
             if not arrays["finite"]:
                 raise CacheError(
                     f"the forward of {identity.get('model')}@{identity.get('revision')} gave non-finite loss or hidden"

@@ -1,0 +1,123 @@
+"""`lmsat analyse`: one checkpoint's metrics, computed as the pipeline computes them.
+
+    python -m lmsat analyse runs/mine/checkpoint-400 --sample results/default/samples/synthetic/toy.h5
+    python -m lmsat analyse runs/mine --revision checkpoint-400 --text data/eval.txt --json
+    python -m lmsat analyse results/default/toy/hub/models--lmsat-toy--toy-d16 --revision step16 \\
+        --sample results/default/samples/synthetic/toy.h5 --config config/config.yaml
+
+--sample takes a run's eval sample (results/<run>/samples/<corpus>/<tokenizer>.h5), so the
+numbers equal that run's for the checkpoint; --config takes the run's config for the
+settings that decide them (extraction, seed, spectra; default: the schema's defaults).
+--text builds a sample from text files as rule sample_eval_tokens does (same sample
+settings): another sample, so other numbers than a run on another corpus.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+SCALARS = {  # metric -> its headline values, in print order
+    "loss": ("loss", "loss_sem", "n_tokens"),
+    "anisotropy": ("anisotropy_last", "n_tokens", "layer_sample"),
+    "effective_rank": ("effective_rank", "effective_rank_centered", "singular_entropy", "n_tokens"),
+    "spectra": ("singular_entropy_sigma", "singular_entropy_sigma2", "effective_rank", "stable_rank", "s1", "n_valid_rows", "n_rows"),
+}
+
+
+def add_arguments(parser) -> None:
+    parser.description = __doc__.split("\n\n")[0]
+    parser.add_argument("checkpoint", help="a checkpoint directory (config.json + safetensors), or a folder of them with --revision")
+    parser.add_argument("--revision", help="the sub-directory (checkpoint-N, step-N, ...) or hub-cache revision to analyse")
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--sample", type=Path, help="a run's eval token sample (results/<run>/samples/...h5)")
+    source.add_argument("--text", nargs="+", type=Path, metavar="FILE", help="text files (.txt: a document per line; .jsonl: 'text')")
+    parser.add_argument("--tokenizer", type=Path, help="tokenizer directory (default: beside the checkpoint)")
+    parser.add_argument("--config", type=Path, help="the run's config: its sample, extraction, seed and spectra settings")
+    parser.add_argument("--metrics", nargs="+", metavar="METRIC", help="registered metrics (default: all of them)")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or auto (default: cpu)")
+    parser.add_argument("--threads", type=int, help="CPU threads of torch")
+    parser.add_argument("--save-sample", type=Path, help="with --text: keep the built sample at this path")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+
+
+def run(args) -> int:
+    import lmsat.offline  # noqa: F401 (first: nothing here reaches the network)
+    from lmsat.analysis import AnalyseError, analyse_checkpoint, find_tokenizer, resolve_checkpoint, run_settings, text_sample
+    from lmsat.cache import CacheError
+    from lmsat.config import ConfigError
+    from lmsat.corpus import CorpusError, read_sample
+    from lmsat.models import ModelLoadError, resolve_device
+
+    try:
+        checkpoint = resolve_checkpoint(args.checkpoint, args.revision)
+        settings = run_settings(args.config)
+        tokenizer_dir = find_tokenizer(checkpoint, args.tokenizer)
+        tokens = sample = None
+        with tempfile.TemporaryDirectory(prefix="lmsat-sample-") as scratch:
+            if args.sample is not None:
+                if not args.sample.is_file():
+                    raise AnalyseError(f"--sample {args.sample}: no such file. Fix: give results/<run>/samples/<corpus>/<tokenizer>.h5")
+                tokens, sample = read_sample(args.sample)
+                origin = {"kind": "sample", "path": str(args.sample)}
+            elif args.text:
+                if tokenizer_dir is None:
+                    raise AnalyseError(f"--text needs a tokenizer and none is beside {checkpoint}. Fix: pass --tokenizer DIR")
+                path = args.save_sample or Path(scratch) / "sample.h5"
+                tokens, sample = text_sample(args.text, tokenizer_dir, path, settings)
+                origin = {"kind": "text", "files": [str(f) for f in args.text], "saved": str(path) if args.save_sample else None,
+                          "rule": "built as rule sample_eval_tokens builds the eval sample (lmsat.corpus.build_sample)",
+                          "settings": {**settings["sample"], "seed": settings["seed"]}}
+            else:
+                origin = None
+            report = analyse_checkpoint(checkpoint, tokens, sample, settings=settings, metrics=args.metrics,
+                                        tokenizer_dir=tokenizer_dir, device=resolve_device(args.device), threads=args.threads)
+    except (AnalyseError, ConfigError, CorpusError, CacheError, ModelLoadError, ValueError) as error:
+        print(f"lmsat analyse: {type(error).__name__}: {error}", file=sys.stderr)
+        return 2
+    if origin is not None:
+        origin.update(sha256=sample["sha256"], n_seq=int(tokens.shape[0]), seq_len=int(tokens.shape[1]),
+                      **{k: _plain(sample[k]) for k in ("corpus", "tokenizer") if k in sample})
+    output = {"checkpoint": str(checkpoint), "tokenizer": str(tokenizer_dir) if tokenizer_dir else None, "sample": origin,
+              "settings": {"extraction": {k: v for k, v in settings["extraction"].items() if k not in ("mem_mb", "runtime")},
+                           "seed": settings["seed"], "config": str(args.config) if args.config else "schema defaults"},
+              "metrics": report}
+    print(json.dumps(output, indent=1, default=_plain) if args.json else describe(output))
+    return 0
+
+
+def _plain(value):
+    """JSON for numpy scalars and arrays."""
+    return value.tolist() if hasattr(value, "tolist") else str(value)
+
+
+def describe(output: dict) -> str:
+    """The report as text: what was analysed on which sample, then each metric's values."""
+    sample = output["sample"]
+    lines = [f"checkpoint  {output['checkpoint']}", f"tokenizer   {output['tokenizer'] or 'none found (every head row kept)'}"]
+    if sample is None:
+        lines.append("sample      none (weights metrics only)")
+    elif sample["kind"] == "sample":
+        lines.append(f"sample      {sample['path']} ({sample['n_seq']} x {sample['seq_len']} tokens, sha256 {sample['sha256'][:12]})")
+    else:
+        lines.append(f"sample      built from {', '.join(sample['files'])}: {sample['rule']}, settings {sample['settings']}; "
+                     f"{sample['n_seq']} x {sample['seq_len']} tokens, sha256 {sample['sha256'][:12]}"
+                     + (f", saved to {sample['saved']}" if sample["saved"] else " (not saved: --save-sample PATH keeps it)"))
+        lines.append("            another sample than a run's: its numbers are not that run's (pass --sample for those)")
+    lines.append(f"settings    {output['settings']}")
+    for name, values in output["metrics"].items():
+        lines.append(f"\n{name}")
+        if name == "attention":
+            for kind in ("qk", "vo"):
+                medians = ", ".join(f"{k} {v['median']:.6g}" for k, v in values[kind].items())
+                lines.append(f"  {kind} medians over heads: {medians}")
+                per_layer = " ".join(f"{v:.4g}" for v in values[kind]["effective_rank"]["median_per_layer"])
+                lines.append(f"  {kind} effective rank per layer: {per_layer}")
+            continue
+        for key in SCALARS.get(name, tuple(k for k, v in values.items() if not isinstance(v, (list, dict)))):
+            lines.append(f"  {key:<26}{values[key]:.10g}" if isinstance(values[key], float) else f"  {key:<26}{values[key]}")
+        if name == "anisotropy":
+            lines.append("  per layer (0 = embeddings)  " + " ".join(f"{v:.6f}" for v in values["anisotropy_layers"]))
+    return "\n".join(lines)

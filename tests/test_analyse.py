@@ -1,0 +1,138 @@
+"""`python -m lmsat analyse` against a finished toy workflow run: the same numbers for the
+same checkpoint and sample, a sample built from text that says so, and named errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import h5py
+import numpy as np
+import pytest
+import yaml
+
+from conftest import ROOT, small_toy_config
+
+MODEL, REVISION = "toy-d16", "step16"  # small_toy_config: step0 and the final step16
+TOL = 1e-6
+
+
+def analyse(*args, cwd):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, "-m", "lmsat", "analyse", *map(str, args)], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def toy_run(tmp_path_factory):
+    """One small toy workflow run: its metric records and spectrum file for toy-d16@step16."""
+    workdir = tmp_path_factory.mktemp("analyse_run")
+    config = small_toy_config((MODEL,), n_seq=16, chunk=4)
+    config["run"] = "analyse"
+    (workdir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    targets = [f"results/analyse/metrics/{m}/{MODEL}/{REVISION}.json" for m in ("loss", "anisotropy", "effective_rank")]
+    targets.append(f"results/analyse/spectra/{MODEL}/{REVISION}.h5")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
+    result = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory", str(workdir),
+         "--configfile", str(workdir / "config.yaml"), "--cores", "2", *targets],
+        capture_output=True, text=True, timeout=1200, env=env,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    results = workdir / "results" / "analyse"
+    records = {m: json.loads((results / f"metrics/{m}/{MODEL}/{REVISION}.json").read_text())
+               for m in ("loss", "anisotropy", "effective_rank")}
+    with h5py.File(results / f"spectra/{MODEL}/{REVISION}.h5") as f:
+        head_s = f["singular_values"][...]
+    return workdir, results, records, head_s
+
+
+def checkpoint_of(results):
+    return results / "toy" / "hub" / f"models--lmsat-toy--{MODEL}"
+
+
+def test_analyse_on_the_run_s_sample_equals_the_workflow(toy_run):
+    from lmsat.spectra import singular_entropy
+
+    workdir, results, records, head_s = toy_run
+    sample = results / "samples" / "synthetic" / "toy.h5"
+    done = analyse(checkpoint_of(results), "--revision", REVISION, "--sample", sample, "--config", workdir / "config.yaml",
+                   "--tokenizer", results / "toy" / "tokenizer", "--json", cwd=workdir)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout)
+    metrics = out["metrics"]
+    assert abs(metrics["loss"]["loss"] - records["loss"]["loss"]) < TOL
+    assert abs(metrics["anisotropy"]["anisotropy_last"] - records["anisotropy"]["anisotropy_last"]) < TOL
+    np.testing.assert_allclose(metrics["anisotropy"]["anisotropy_layers"], records["anisotropy"]["anisotropy_layers"], atol=TOL, rtol=0)
+    assert abs(metrics["effective_rank"]["singular_entropy"] - records["effective_rank"]["singular_entropy"]) < TOL
+    assert abs(metrics["spectra"]["singular_entropy_sigma"] - singular_entropy(head_s)) < TOL
+    assert metrics["spectra"]["n_valid_rows"] >= len(head_s)
+    assert out["sample"]["path"] == str(sample) and out["sample"]["kind"] == "sample"
+    assert set(metrics) == {"loss", "anisotropy", "effective_rank", "spectra", "attention"}
+    assert len(metrics["attention"]["qk"]["effective_rank"]["median_per_layer"]) == metrics["attention"]["shape"]["n_layers"]
+
+
+def test_analyse_on_text_builds_the_workflow_s_sample_and_names_it(toy_run, tmp_path):
+    """--text on the run's own eval text with its config: the very sample rule
+    sample_eval_tokens built (same SHA-256), so the same loss; the output says how it was built."""
+    from lmsat.corpus import read_sample
+
+    workdir, results, records, _ = toy_run
+    text = results / "corpora" / "synthetic" / "eval.txt"
+    saved = tmp_path / "sample.h5"
+    done = analyse(checkpoint_of(results), "--revision", REVISION, "--text", text, "--config", workdir / "config.yaml",
+                   "--tokenizer", results / "toy" / "tokenizer", "--metrics", "loss", "--save-sample", saved, cwd=workdir)
+    assert done.returncode == 0, done.stderr[-3000:]
+    _, run_sample = read_sample(results / "samples" / "synthetic" / "toy.h5")
+    _, built = read_sample(saved)
+    assert built["sha256"] == run_sample["sha256"]
+    assert f"built from {text}" in done.stdout and "sample_eval_tokens" in done.stdout
+    assert str(saved) in done.stdout and built["sha256"][:12] in done.stdout
+    loss = float(next(line.split()[1] for line in done.stdout.splitlines() if line.strip().startswith("loss ")))
+    assert abs(loss - records["loss"]["loss"]) < TOL
+
+
+def test_a_directory_without_config_json_is_named(toy_run, tmp_path):
+    workdir, results, _, _ = toy_run
+    (tmp_path / "empty").mkdir()
+    done = analyse(tmp_path / "empty", "--sample", results / "samples" / "synthetic" / "toy.h5", cwd=workdir)
+    assert done.returncode == 2 and "has no config.json" in done.stderr and str(tmp_path / "empty") in done.stderr
+
+
+def test_a_revision_that_is_not_there_is_named_with_the_ones_that_are(toy_run):
+    workdir, results, _, _ = toy_run
+    done = analyse(checkpoint_of(results), "--revision", "step999", "--sample", results / "samples" / "synthetic" / "toy.h5",
+                   cwd=workdir)
+    assert done.returncode == 2, done.stderr
+    assert "revision 'step999' is not in" in done.stderr and REVISION in done.stderr and "--revision" in done.stderr
+
+
+def test_a_folder_of_checkpoints_without_revision_points_to_it(tmp_path, tiny_neox):
+    tiny_neox.save_pretrained(tmp_path / "run" / "checkpoint-50")
+    done = analyse(tmp_path / "run", "--metrics", "spectra", cwd=tmp_path)
+    assert done.returncode == 2 and "checkpoint-50" in done.stderr and "--revision" in done.stderr
+    done = analyse(tmp_path / "run", "--revision", "checkpoint-50", "--metrics", "spectra", "attention", "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout)
+    assert out["sample"] is None and out["metrics"]["spectra"]["n_rows"] == 40  # no tokenizer: every head row kept
+
+
+def test_a_cache_metric_without_a_sample_names_the_options(tmp_path, tiny_neox):
+    tiny_neox.save_pretrained(tmp_path / "checkpoint-50")
+    done = analyse(tmp_path / "checkpoint-50", "--metrics", "loss", cwd=tmp_path)
+    assert done.returncode == 2 and "--sample" in done.stderr and "--text" in done.stderr
+
+
+def test_the_public_api_is_exported_lazily_with_docstrings():
+    code = ("import sys, lmsat; heavy = {'torch', 'h5py', 'transformers'} & set(sys.modules); "
+            "assert not heavy, heavy; missing = [n for n in lmsat.__all__[1:] if not getattr(lmsat, n).__doc__]; "
+            "assert not missing, missing; print(len(lmsat.__all__))")
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    import lmsat
+    from lmsat.metrics import METRICS
+
+    assert lmsat.METRICS is METRICS and lmsat.mean_pairwise_cosine(np.eye(3)) == 0.0
