@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import SCHEMA
 from lmsat import schedules
 from lmsat.config import PATH_NAME_PATTERN, ConfigError, check_path_name, load_plan, load_yaml
+
+from conftest import SCHEMA
 
 BAD_NAMES = ["..", "../../../ESCAPED", "a/b", "/abs/path", ".hidden", "", "x\n"]
 
@@ -251,8 +252,9 @@ def tabulate_loss_job(tmp_path, paths):
 
 
 def test_a_metric_record_copied_from_another_revision_fails_its_table(tmp_path):
-    from conftest import script
     from lmsat.io import IdentityError, write_json
+
+    from conftest import script
 
     paths = []
     for revision, step in (("step0", 0), ("step400", 400), ("step800", 800)):
@@ -274,8 +276,8 @@ def test_bottleneck_inputs_are_checked_against_their_paths(tmp_path):
 
     from lmsat.bottleneck import lr_label
     from lmsat.degeneration import write_spectrum
-    from lmsat.tables import read_head_inputs
     from lmsat.io import IdentityError, write_json
+    from lmsat.tables import read_head_inputs
 
     def run(path, **fields):
         write_json(path, dict(dict(model="m", rank=4, peak_lr=0.001, eval_loss=3.0, eval_acc=0.1, train_loss=3.0),

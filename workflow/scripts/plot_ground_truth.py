@@ -3,6 +3,7 @@ losses against the synthetic language's entropy rate (when the heads were measur
 
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
 import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
+
 import pandas as pd
 
 from lmsat.figures.bottleneck import plot_ground_truth

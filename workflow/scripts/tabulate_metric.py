@@ -3,6 +3,7 @@ per-checkpoint files and the tables it needs, written with its provenance."""
 
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
 import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
+
 import pandas as pd
 
 from lmsat.io import setup_logging
