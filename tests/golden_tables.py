@@ -8,7 +8,9 @@ order and the same rows in the same order; keys, names, flags and integers equal
 each float within the tolerance of its quantity (TOLERANCES, with the measured spread it
 comes from). Provenance columns (lmsat.tables.with_provenance: the config hash, the library
 versions, the lmsat source hash of the table and of each row) change with any edit by
-design and are not compared. A change that means to change results records the new tables:
+design, and weight hashes with any bit of the weights: neither is compared (is_provenance;
+made_with.txt keeps the recording's). A change that means to change results records the
+new tables:
 
     python tests/golden_tables.py record <run>/results/default/tables
     python tests/golden_tables.py compare <run>/results/default/tables  # differences, largest deviations
@@ -26,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 RECORDED = Path(__file__).resolve().parent / "data" / "default_tables"
+MADE_WITH = RECORDED / "made_with.txt"  # the recording's provenance (versions, hashes), not compared
 PROVENANCE = {"config_sha256", "lmsat_source_sha256", "row_lmsat_source"}
 INTEGER = re.compile(r"-?\d+")
 # a number in Markdown or LaTeX text: its digits after the point set the precision it was printed at
@@ -48,13 +51,22 @@ class Tolerance:
         return abs(made - recorded) <= self.atol + self.rtol * abs(recorded)
 
 
-# (table, column) -> Tolerance. Filled from the measured spread of the default run (the
-# numbers in each `why`); a float column without an entry is an error, not a pass.
-TOLERANCES: dict[tuple[str, str], Tolerance] = {}
+# quantity (a column name, in every table that has it) or (table, column) -> Tolerance, set
+# from the measured spread of the default run (the numbers in each `why`); a float column
+# without an entry is an error, not a pass.
+TOLERANCES: dict[str | tuple[str, str], Tolerance] = {}
+
+
+def tolerance_of(table: str, column: str, tolerances=TOLERANCES) -> Tolerance | None:
+    return tolerances.get((table, column), tolerances.get(column))
 
 
 def is_provenance(column: str) -> bool:
-    return column in PROVENANCE or column.endswith("_version")
+    """Not compared: provenance, and the weights' hashes (head_sha256, embedding_sha256,
+    identical_weights' sha256), which identify the exact bits and so change with the last
+    bit of a float32 update on another CPU (the tables' equal-weights groups, which the
+    hashes serve, are compared)."""
+    return column in PROVENANCE or column.endswith(("_version", "sha256"))
 
 
 def read_csv_text(path: Path) -> tuple[list[str], list[list[str]]]:
@@ -97,7 +109,7 @@ def compare_csv(name: str, recorded: Path, made: Path, tolerances=TOLERANCES) ->
     kinds = [column_kind([row[j] for row in rows]) for j in range(len(header))]
     keys = [j for j, kind in enumerate(kinds) if kind != "float"]
     for j, (column, kind) in enumerate(zip(header, kinds)):
-        tolerance = tolerances.get((name, column)) if kind == "float" else None
+        tolerance = tolerance_of(name, column, tolerances) if kind == "float" else None
         if kind == "float" and tolerance is None:
             differences.append(f"{name}.{column}: a float column with no tolerance in tests/golden_tables.py TOLERANCES")
             continue
@@ -135,6 +147,8 @@ def compare_tables(made_dir: Path, recorded_dir: Path = RECORDED, tolerances=TOL
     recorded are not compared)."""
     differences = []
     for recorded in sorted(Path(recorded_dir).iterdir()):
+        if recorded.name == MADE_WITH.name:
+            continue
         made = Path(made_dir) / recorded.name
         if not made.exists():
             differences.append(f"{recorded.name}: recorded, not made")
@@ -146,10 +160,15 @@ def compare_tables(made_dir: Path, recorded_dir: Path = RECORDED, tolerances=TOL
 
 
 def record(made_dir: Path, recorded_dir: Path = RECORDED) -> None:
-    """Write `made_dir`'s tables as the recorded ones: CSVs without provenance, others as they are."""
+    """Write `made_dir`'s tables as the recorded ones: CSVs without provenance, others as
+    they are, and what they were made with (the provenance of loss.csv) in MADE_WITH."""
     if recorded_dir.exists():
         shutil.rmtree(recorded_dir)
     recorded_dir.mkdir(parents=True)
+    with open(Path(made_dir) / "loss.csv", encoding="utf-8", newline="") as f:
+        first = next(csv.DictReader(f))
+    made_with = {column: value for column, value in first.items() if is_provenance(column) and column != "row_lmsat_source"}
+    (recorded_dir / MADE_WITH.name).write_text("".join(f"{k}: {v}\n" for k, v in made_with.items()))
     for path in sorted(Path(made_dir).iterdir()):
         if path.suffix == ".csv":
             header, rows = read_csv_text(path)
