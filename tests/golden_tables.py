@@ -75,7 +75,11 @@ _COSINE = Tolerance(1e-5, 0, "mean pairwise cosine in [-1, 1]; measured 1.5e-8 (
 _SPECTRUM = Tolerance(0, 1e-4, "spectra of float32 weights in float64; measured 1.1e-14 relative (threads), weights 1e-7")
 _COUNT = Tolerance(0, 0, "a count or config value held as float (no CPU-dependent arithmetic): exact")
 _ACCURACY = Tolerance(2e-3, 0, "share of argmax hits; float32 near-ties may flip a few tokens of 2048 (5e-4 each)")
-_FIT = Tolerance(1e-6, 1e-3, "least-squares fit of the losses: input spread 1e-4 relative at most, amplified by the fit")
+# the scaling fit amplifies: best_final losses moved by 1e-6 relative (20 draws) moved A by
+# 3.3e-4 and alpha by 1.9e-4 relative, the predicted losses by 3.6e-5 nats and the mean
+# shortfalls by 1.1e-3 percentage points; tolerances = the loss tolerance carried through
+_FIT = Tolerance(1e-6, 1.5e-2, "fit of the losses: 330x amplification measured, x the loss tolerance (3.4e-5 relative)")
+_SHORTFALL = Tolerance(5e-2, 0, "percentage points: 1.1e-3 per 1e-6 relative loss change measured, x 34 (loss tolerance)")
 _EXACT_F64 = Tolerance(1e-8, 0, "float64 SVD of exact n-gram counts: LAPACK paths differ at ~1e-13")
 TOLERANCES: dict[str | tuple[str, str], Tolerance] = {
     # losses, nats (loss, anisotropy_training, best_final, bottleneck_*, scaling_shortfall)
@@ -86,8 +90,8 @@ TOLERANCES: dict[str | tuple[str, str], Tolerance] = {
     "loss_gap": _LOSS,
     "reference_loss_sem": _SEM,
     ("scaling_shortfall", "measured"): _LOSS,
-    ("scaling_shortfall", "predicted"): _LOSS,
-    ("scaling_shortfall", "shortfall_pct"): Tolerance(1e-2, 0, "percent of a loss: 1e-4 nats on ~3 nats is 3e-3 %"),
+    ("scaling_shortfall", "predicted"): Tolerance(2e-3, 0, "nats, from the fit: 3.6e-5 per 1e-6 relative loss change, x 34"),
+    ("scaling_shortfall", "shortfall_pct"): _SHORTFALL,
     "eval_acc": _ACCURACY,
     # anisotropy (Fig. 2)
     "anisotropy": _COSINE,
@@ -114,19 +118,20 @@ TOLERANCES: dict[str | tuple[str, str], Tolerance] = {
     "peak_lr": _COUNT,
     # scaling law (Fig. 1b)
     "n_params": _COUNT,
-    "A": _FIT,
-    "alpha": _FIT,
+    **{column: _FIT for column in ("A", "alpha")},
+    **{f"{p}{q}_{s}": _FIT for p in ("", "bootstrap_") for q in ("A", "alpha") for s in ("ci_low", "ci_high")},
+    **{f"{q}_se": _FIT for q in ("A", "alpha")},
     "B": _COUNT,
     "beta": _COUNT,
     "E": _COUNT,
-    "mean_shortfall_best_pct": Tolerance(1e-2, 0, "percent; as scaling_shortfall.shortfall_pct"),
-    "mean_shortfall_final_pct": Tolerance(1e-2, 0, "percent; as scaling_shortfall.shortfall_pct"),
+    "mean_shortfall_best_pct": _SHORTFALL,
+    "mean_shortfall_final_pct": _SHORTFALL,
     # Table 1 and the paper comparison (values drawn from the tables above)
     ("table1", "Synthetic (ppl.) ↓"): Tolerance(0, 1e-4, "exp(loss): 1e-4 nats is 1e-4 relative"),
     ("table1", "Synthetic last word ↑"): Tolerance(0.5, 0, "percent of documents; float32 near-ties may flip one"),
     ("paper_comparison", "section"): _COUNT,
-    ("paper_comparison", "measured"): Tolerance(1e-4, 1e-3, "a loss, cosine, fit or rank from the tables above: the widest of theirs"),
-    ("paper_comparison", "difference"): Tolerance(1e-4, 1e-3, "measured - paper: as measured"),
+    ("paper_comparison", "measured"): Tolerance(1e-4, 1.5e-2, "a loss, cosine, fit or rank from the tables above: the widest of theirs"),
+    ("paper_comparison", "difference"): Tolerance(1e-4, 1.5e-2, "measured - paper: as measured"),
     ("paper_comparison", "difference_pct"): Tolerance(1e-1, 0, "percent of the paper's value: as measured"),
 }
 
