@@ -66,15 +66,19 @@ class Tolerance:
 #   1.5e-8; head singular values 1.1e-14 relative; singular entropy 1e-15. Other kernels
 #   vs AVX2: eval loss 2.0e-9 nats, its SE 4.8e-10, cosine, singular values and entropy
 #   identical.
-# Each tolerance is >= 100x the largest of these for its quantity, and far below a change
+# - training, threads 2 vs 1 (toy-d128 as configured, 150 steps): per-step train loss
+#   differs from step 4 on, by at most 1.7e-6 nats; weights by at most 3.5e-4 (AdamW's
+#   normalised steps carry a last-bit gradient difference into the weights); eval loss
+#   identical. Quantities of the weights (cosines, spectra) get 1e-4 so as to hold that.
+# Each tolerance is >= 50x the largest of these for its quantity, and far below a change
 # of the science (a loss moved by one SE, 0.0126 nats, is 126x the loss tolerance).
-FLOAT32 = "float32 forward: measured spread <= 7.2e-7 nats (training) and 0 (analysis threads)"
+FLOAT32 = "float32: measured spread <= 1.7e-6 nats (training, threads) and 2e-9 (analysis)"
 _LOSS = Tolerance(1e-4, 0, f"nats; {FLOAT32}; one SE of a final loss is 0.0126")
 _SEM = Tolerance(1e-5, 0, f"nats; {FLOAT32}; SE ~0.013, so 1e-3 of itself")
-_COSINE = Tolerance(1e-5, 0, "mean pairwise cosine in [-1, 1]; measured 1.5e-8 (threads), float32 Gram")
-_SPECTRUM = Tolerance(0, 1e-4, "spectra of float32 weights in float64; measured 1.1e-14 relative (threads), weights 1e-7")
+_COSINE = Tolerance(1e-4, 0, "mean pairwise cosine in [-1, 1]; measured 1.5e-8 (analysis), weights 3.5e-4 (training)")
+_SPECTRUM = Tolerance(1e-6, 1e-3, "spectra in float64; measured 1.1e-14 relative (analysis), weights 3.5e-4 (training)")
 _COUNT = Tolerance(0, 0, "a count or config value held as float (no CPU-dependent arithmetic): exact")
-_ACCURACY = Tolerance(2e-3, 0, "share of argmax hits; float32 near-ties may flip a few tokens of 2048 (5e-4 each)")
+_ACCURACY = Tolerance(5e-4, 0, "share of argmax hits over 16128 tokens: 8 float32 near-tie flips (6.2e-5 each), 0.2 of its SE")
 # the scaling fit amplifies: best_final losses moved by 1e-6 relative (20 draws) moved A by
 # 3.3e-4 and alpha by 1.9e-4 relative, the predicted losses by 3.6e-5 nats and the mean
 # shortfalls by 1.1e-3 percentage points; tolerances = the loss tolerance carried through
@@ -113,7 +117,7 @@ TOLERANCES: dict[str | tuple[str, str], Tolerance] = {
     # W-error: of n-gram count matrices (exact counts, float64) and of the model's own head
     ("ngram_ground_truth", "werror"): _EXACT_F64,
     ("ngram_werror", "werror"): _EXACT_F64,
-    "w_error": Tolerance(1e-5, 0, "tail norm share of a float32 head's spectrum, in [0, 1]; spectra 1e-4 relative"),
+    "w_error": Tolerance(1e-4, 0, "tail norm share of a head's spectrum, in [0, 1]: as the spectra"),
     "n_contexts": _COUNT,
     "peak_lr": _COUNT,
     # scaling law (Fig. 1b)
@@ -128,7 +132,7 @@ TOLERANCES: dict[str | tuple[str, str], Tolerance] = {
     "mean_shortfall_final_pct": _SHORTFALL,
     # Table 1 and the paper comparison (values drawn from the tables above)
     ("table1", "Synthetic (ppl.) ↓"): Tolerance(0, 1e-4, "exp(loss): 1e-4 nats is 1e-4 relative"),
-    ("table1", "Synthetic last word ↑"): Tolerance(0.5, 0, "percent of documents; float32 near-ties may flip one"),
+    ("table1", "Synthetic last word ↑"): Tolerance(1.0, 0, "percent of 100 documents: one may flip on a float32 near-tie (SE 4.8)"),
     ("paper_comparison", "section"): _COUNT,
     ("paper_comparison", "measured"): Tolerance(1e-4, 1.5e-2, "a loss, cosine, fit or rank from the tables above: the widest of theirs"),
     ("paper_comparison", "difference"): Tolerance(1e-4, 1.5e-2, "measured - paper: as measured"),
