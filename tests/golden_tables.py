@@ -69,7 +69,7 @@ class Tolerance:
 # - training, threads 2 vs 1 (toy-d128 as configured, 150 steps): per-step train loss
 #   differs from step 4 on, by at most 1.7e-6 nats; weights by at most 3.5e-4 (AdamW's
 #   normalised steps carry a last-bit gradient difference into the weights); eval loss
-#   identical. Quantities of the weights (cosines, spectra) get 1e-4 so as to hold that.
+#   identical. Quantities of the weights get 1e-4 (cosines) and 1e-3 relative (spectra) to hold that.
 # Each tolerance is >= 50x the largest of these for its quantity, and far below a change
 # of the science (a loss moved by one SE, 0.0126 nats, is 126x the loss tolerance).
 FLOAT32 = "float32: measured spread <= 1.7e-6 nats (training, threads) and 2e-9 (analysis)"
@@ -134,9 +134,9 @@ TOLERANCES: dict[str | tuple[str, str], Tolerance] = {
     ("table1", "Synthetic (ppl.) ↓"): Tolerance(0, 1e-4, "exp(loss): 1e-4 nats is 1e-4 relative"),
     ("table1", "Synthetic last word ↑"): Tolerance(1.0, 0, "percent of 100 documents: one may flip on a float32 near-tie (SE 4.8)"),
     ("paper_comparison", "section"): _COUNT,
-    ("paper_comparison", "measured"): Tolerance(1e-4, 1.5e-2, "a loss, cosine, fit or rank from the tables above: the widest of theirs"),
-    ("paper_comparison", "difference"): Tolerance(1e-4, 1.5e-2, "measured - paper: as measured"),
-    ("paper_comparison", "difference_pct"): Tolerance(1e-1, 0, "percent of the paper's value: as measured"),
+    ("paper_comparison", "measured"): Tolerance(5e-2, 1.5e-2, "a fit, shortfall, loss or rank from the tables above: the widest of theirs"),
+    ("paper_comparison", "difference"): Tolerance(5e-2, 1.5e-2, "measured - paper: as measured"),
+    ("paper_comparison", "difference_pct"): Tolerance(5e-2, 1.5e-2, "percent of the paper's value: as measured"),
 }
 
 
