@@ -102,7 +102,8 @@ def main():
 
     models = sum(len(suite["models"]) for suite in paper_config(1, 0, args.config)["suites"].values())
     print(f"dry-run planning cost ({'quick: 10 revisions/model, ' if args.quick else ''}{repeats} repeat(s), median)")
-    print(f"  plan: config/{args.config}.yaml, {models} models, {'~10 revisions each' if args.quick else 'all revisions'}, metrics {sorted(METRICS)}")
+    revisions = "~10 revisions each" if args.quick else "all revisions"
+    print(f"  plan: config/{args.config}.yaml, {models} models, {revisions}, metrics {sorted(METRICS)}")
     print(f"{'plan':>6} {'profile':>8} {'jobs':>7} {'wall s':>8} {'cpu s':>7} {'ms/job':>7}")
     for label, profile, jobs, wall, cpu in rows:
         print(f"{label:>6} {profile:>8} {jobs:>7} {wall:8.1f} {cpu:7.1f} {1000 * cpu / jobs:7.2f}")

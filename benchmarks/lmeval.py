@@ -17,17 +17,17 @@ import tempfile
 import time
 from pathlib import Path
 
+import lm_eval
 import numpy as np
 import tokenizers
 import torch
+from lm_eval.models.huggingface import HFLM
+from lm_eval.tasks import TaskManager
+from lm_eval.utils import handle_non_serializable
 from tokenizers.models import WordLevel
 from tokenizers.pre_tokenizers import WhitespaceSplit
 from transformers import GPTNeoXConfig, GPTNeoXForCausalLM, PreTrainedTokenizerFast
 
-import lm_eval
-from lm_eval.models.huggingface import HFLM
-from lm_eval.tasks import TaskManager
-from lm_eval.utils import handle_non_serializable
 from lmsat.evaluation import run_lmeval, write_offline_tasks
 
 EOS = "<|endoftext|>"

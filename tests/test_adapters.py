@@ -30,9 +30,9 @@ from transformers import (
 
 from lmsat.adapters import (
     SUPPORTED_FAMILIES,
-    family_adapter,
     attention_heads,
     decoder_layers,
+    family_adapter,
     final_norm,
     lm_head_matrix,
     num_layers,

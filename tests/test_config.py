@@ -10,9 +10,10 @@ from dataclasses import asdict
 import pytest
 import yaml
 
-from conftest import ROOT, SCHEMA
 from lmsat import schedules
 from lmsat.config import ConfigError, load_plan, load_yaml
+
+from conftest import ROOT, SCHEMA
 
 
 def plan(config):
@@ -87,10 +88,15 @@ def test_log_subsample_keeps_ends():
         (lambda c: c.update(bottleneck={"models": ["toy-d32"], "ranks": [8, 64]}), "bottleneck.ranks[1]"),
         (lambda c: c.update(bottleneck={"models": ["toy-d999"], "ranks": [8]}), "bottleneck.models[0]"),
         (
-            lambda c: c["suites"]["toy"]["models"].append({"name": "mine", "source": "local", "id": "/nonexistent/m", "hidden_size": 8, "revisions": {"list": ["step1"]}}),
+            lambda c: c["suites"]["toy"]["models"].append(
+                {"name": "mine", "source": "local", "id": "/nonexistent/m", "hidden_size": 8, "revisions": {"list": ["step1"]}}
+            ),
             "suites.toy.models[4].id",
         ),
-        (lambda c: c["suites"]["toy"]["models"].append({"name": "toy-d16", "source": "toy", "hidden_size": 8}), "suites.toy.models[4].name"),
+        (
+            lambda c: c["suites"]["toy"]["models"].append({"name": "toy-d16", "source": "toy", "hidden_size": 8}),
+            "suites.toy.models[4].name",
+        ),
         (lambda c: c["corpora"].update(mine={"type": "text_files", "files": ["/nonexistent.txt"]}), "corpora.mine.files[0]"),
     ],
 )
@@ -141,7 +147,9 @@ def test_bad_config_fails_before_any_job(tmp_path, default_config):
 def test_pythia_plan_is_offline_and_complete():
     result = _snakemake("-n", "--configfile", "config/pythia.yaml", "-q", "rules")
     assert result.returncode == 0, result.stderr[-2000:]
-    counts = dict(line.split()[:2] for line in result.stdout.splitlines() if line.strip() and line.split()[-1].isdigit() and len(line.split()) == 2)
+    counts = dict(
+        line.split()[:2] for line in result.stdout.splitlines() if line.strip() and line.split()[-1].isdigit() and len(line.split()) == 2
+    )
     assert counts["analyse_checkpoint"] == str(10 * 154)
     assert "train_toy_model" not in counts  # --configfile replaces the toy default
 

@@ -8,8 +8,9 @@ import h5py
 import numpy as np
 import pytest
 
-from conftest import word_tokenizer
 from lmsat.corpus import CorpusError, build_sample, iter_documents, read_sample
+
+from conftest import word_tokenizer
 
 WORDS = [f"w{i}" for i in range(30)]
 SAMPLE = dict(n_tokens=100, seq_len=10, pool_factor=3)

@@ -20,12 +20,12 @@ from lmsat.evaluation import (
     METRICS,
     STORYCLOZE_2016_FILES,
     ManualDownloadRequired,
+    _check_tasks,
     manual_download_missing,
     run_lmeval,
     write_offline_tasks,
     write_storycloze_task,
 )
-from lmsat.evaluation import _check_tasks
 from lmsat.tables import make_table1, read_table, table_to_latex, table_to_markdown, write_csv, write_table
 
 EOS = "<|endoftext|>"

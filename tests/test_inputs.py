@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import SCHEMA
 from lmsat import schedules
 from lmsat.config import PATH_NAME_PATTERN, ConfigError, check_path_name, load_plan, load_yaml
+
+from conftest import SCHEMA
 
 BAD_NAMES = ["..", "../../../ESCAPED", "a/b", "/abs/path", ".hidden", "", "x\n"]
 
@@ -251,8 +252,9 @@ def tabulate_loss_job(tmp_path, paths):
 
 
 def test_a_metric_record_copied_from_another_revision_fails_its_table(tmp_path):
-    from conftest import script
     from lmsat.io import IdentityError, write_json
+
+    from conftest import script
 
     paths = []
     for revision, step in (("step0", 0), ("step400", 400), ("step800", 800)):
@@ -274,8 +276,8 @@ def test_bottleneck_inputs_are_checked_against_their_paths(tmp_path):
 
     from lmsat.bottleneck import lr_label
     from lmsat.degeneration import write_spectrum
-    from lmsat.tables import read_head_inputs
     from lmsat.io import IdentityError, write_json
+    from lmsat.tables import read_head_inputs
 
     def run(path, **fields):
         write_json(path, dict(dict(model="m", rank=4, peak_lr=0.001, eval_loss=3.0, eval_acc=0.1, train_loss=3.0),
@@ -440,7 +442,43 @@ def test_a_full_disk_names_the_output_being_written(tiny_disk):
 # ------------------------------------------------------------ the conda environment of the jobs
 
 
-def test_the_conda_env_lists_the_requirements_of_pyproject():
+def _lock():
+    """envs/lock.txt as {canonical name: version}."""
+    from packaging.utils import canonicalize_name
+
+    from conftest import ROOT
+
+    pins = {}
+    for line in (ROOT / "envs" / "lock.txt").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, sep, version = line.partition("==")
+            assert sep and version, f"envs/lock.txt: {line!r} is not an exact pin (name==version)"
+            pins[canonicalize_name(name)] = version
+    return pins
+
+
+def test_the_lock_pins_every_requirement_within_pyprojects_ranges():
+    """`make` installs with envs/lock.txt as constraints: each requirement of pyproject (the
+    test extra included) pinned there, to a version its range admits (else pip refuses)."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+    from packaging.version import Version
+
+    from conftest import ROOT
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    pins = _lock()
+    assert "lmsat" not in pins  # the checkout itself is installed editable, never pinned
+    for line in project["dependencies"] + project["optional-dependencies"]["test"]:
+        requirement = Requirement(line)
+        name = canonicalize_name(requirement.name)
+        assert name in pins, f"envs/lock.txt pins no {name}: run `make lock`"
+        assert Version(pins[name]) in requirement.specifier, f"envs/lock.txt: {name}=={pins[name]} is outside pyproject's {line!r}"
+
+
+def test_the_conda_env_pins_the_requirements_of_pyproject_as_the_lock_does():
     import tomllib
 
     from packaging.requirements import Requirement
@@ -450,11 +488,11 @@ def test_the_conda_env_lists_the_requirements_of_pyproject():
 
     conda_names = {"pytorch": "torch", "matplotlib-base": "matplotlib"}  # conda-forge's names
     outside_jobs = {"snakemake", "snakemake-executor-plugin-slurm"}  # run the jobs, not in them
-    wanted = {}
+    wanted = set()
     for line in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]:
-        requirement = Requirement(line)
-        if canonicalize_name(requirement.name) not in outside_jobs:
-            wanted[canonicalize_name(requirement.name)] = requirement.specifier
+        name = canonicalize_name(Requirement(line).name)
+        if name not in outside_jobs:
+            wanted.add(name)
     env = load_yaml(ROOT / "envs" / "lmsat.yaml")
     listed = {}
     for entry in env["dependencies"]:
@@ -463,8 +501,13 @@ def test_the_conda_env_lists_the_requirements_of_pyproject():
             name, _, spec = item.partition(" ")
             if name in ("python", "pip"):
                 continue
-            listed[canonicalize_name(conda_names.get(name, name))] = Requirement(f"x {spec}").specifier
-    assert listed == wanted
+            assert spec.startswith("=="), f"envs/lmsat.yaml: {item!r} is not pinned (==version, as in envs/lock.txt)"
+            listed[canonicalize_name(conda_names.get(name, name))] = spec.removeprefix("==")
+    assert set(listed) == wanted
+    pins = _lock()
+    assert {name: pins[name] for name in listed} == listed  # the versions CI tested
+    python = next(item for item in env["dependencies"] if isinstance(item, str) and item.startswith("python "))
+    assert python == "python =3.11"  # the lock's Python (numpy 2.4 needs 3.11+)
 
 
 def test_scripts_import_lmsat_from_the_workflows_own_src_first(tmp_path):
@@ -506,6 +549,28 @@ def test_scripts_import_lmsat_from_the_workflows_own_src_first(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == str(ROOT / "src" / "lmsat" / "io.py")
+
+
+def test_pytest_imports_this_checkouts_lmsat_before_any_other(tmp_path):
+    """pyproject's pytest `pythonpath = ["src"]`: a test imports this checkout's lmsat even
+    with another lmsat first on PYTHONPATH (as a venv's editable install of another clone is)."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    decoy = tmp_path / "decoy" / "lmsat"
+    decoy.mkdir(parents=True)
+    (decoy / "__init__.py").write_text("raise ImportError('the decoy lmsat')\n")
+    probe = tmp_path / "test_probe.py"
+    probe.write_text(f"import lmsat\n\ndef test_probe():\n    assert lmsat.__file__ == {str(ROOT / 'src' / 'lmsat' / '__init__.py')!r}\n")
+    env = {**os.environ, "PYTHONPATH": str(decoy.parent)}
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c", str(ROOT / "pyproject.toml"), "--rootdir", str(ROOT)]
+    result = subprocess.run([*command, str(probe)], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout[-3000:]
+    result = subprocess.run([*command, "-o", "pythonpath=", str(probe)], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert result.returncode != 0 and "the decoy lmsat" in result.stdout  # without the setting, the decoy wins
 
 
 def test_a_parameter_count_copied_from_another_model_is_refused(tmp_path):

@@ -39,8 +39,8 @@ from lmsat.degeneration import read_attention, read_spectrum
 from lmsat.heads import ShardedRepresentations
 from lmsat.integrity import (
     CHECKSUM_ATTR,
-    IntegrityError,
     TABLE_COLUMN,
+    IntegrityError,
     csv_with_checksum,
     hdf5_checksums,
     selected_revision,

@@ -33,13 +33,14 @@ import torch
 from safetensors.torch import load_file, save_file
 from snakemake.iocontainers import Namedlist
 
-from conftest import SCHEMA, script
 from lmsat import hub
 from lmsat.config import ConfigError, ModelEntry, load_plan
 from lmsat.corpus import write_sample
 from lmsat.io import setup_logging
 from lmsat.metrics import METRICS, WeightsJob
 from lmsat.models import ModelLoadError, check_token_ids, load_causal_lm
+
+from conftest import SCHEMA, script
 
 REVISION = "step1"
 WEIGHTS = "model.safetensors"
@@ -494,8 +495,9 @@ def test_a_sample_of_two_sequences_is_planned(default_config):
 def test_table_1s_evaluation_refuses_a_checkpoint_that_does_not_match_its_config(saved, tmp_path):
     """Rule evaluate_checkpoint loads through lm-eval's path (lmsat.evaluation.run_lmeval):
     a deleted tensor is refused there too, by name, before any task is scored."""
-    from conftest import word_tokenizer
     from lmsat.evaluation import run_lmeval, write_offline_tasks
+
+    from conftest import word_tokenizer
 
     words = [f"w{i}" for i in range(30)]
     word_tokenizer(words).save_pretrained(str(saved))

@@ -82,9 +82,10 @@ def test_a_hub_tokenizer_is_retried_after_a_transient_fault(tmp_path, monkeypatc
     'hub id' is a saved tokenizer directory, which from_pretrained accepts as well)."""
     import transformers
 
-    from conftest import word_tokenizer
     from lmsat.fetch import RetryPolicy
     from lmsat.models import load_tokenizer
+
+    from conftest import word_tokenizer
 
     word_tokenizer(["a", "b"]).save_pretrained(str(tmp_path / "tok"))
     real, calls = transformers.AutoTokenizer.from_pretrained, []

@@ -86,8 +86,7 @@ def train(out: Path, text: Path, max_steps: int, save_steps: int, resume: bool =
     """Train (or go on training) a tiny GPT-NeoX with the real Trainer, saving checkpoints
     `checkpoint-{N}` every save_steps steps, the tokenizer in each (processing_class)."""
     import torch
-    from transformers import (GPTNeoXConfig, GPTNeoXForCausalLM, Trainer, TrainingArguments,
-                              default_data_collator)
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM, Trainer, TrainingArguments, default_data_collator
 
     torch.manual_seed(0)
     torch.set_num_threads(1)
@@ -266,7 +265,10 @@ def test_the_config_alone_decides_the_scaling_fit_and_hub_models_state_their_wid
                                           r"Fix: .*scaling.A and scaling.alpha.*scaling.enabled: false"):
         load_plan(config, SCHEMA)
     two = copy.deepcopy(config)
-    two["suites"]["mine"]["models"].append({"name": "bigger", "source": "local", "id": str(out), "n_params": 10**6})
+    bigger = small_run / "bigger"  # a second run of its own (one weights directory per model)
+    if not bigger.exists():
+        shutil.copytree(out, bigger)
+    two["suites"]["mine"]["models"].append({"name": "bigger", "source": "local", "id": str(bigger), "n_params": 10**6})
     with pytest.raises(ConfigError, match=r"min_params': .* but 0 of this plan's sizes reach it \(mine \d+, bigger 1e\+06\). Fix: lower "
                                           r"scaling.min_params to at most \d+"):
         load_plan(two, SCHEMA)

@@ -10,9 +10,10 @@ import sys
 import pytest
 import yaml
 
-from conftest import ROOT, small_toy_config
 from lmsat.commands.plan import dry_run, estimate, load, render
 from lmsat.fetch import estimated_parameters
+
+from conftest import ROOT, small_toy_config
 
 README_COMMAND = "python -m lmsat plan --configfile config/pythia.yaml --gpus 8 --disk-mb 110000"
 

@@ -10,17 +10,17 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import ROOT, script
 from lmsat.io import write_json
 from lmsat.published import COLUMNS, compare, published_evals, rows_of, source
 from lmsat.tables import write_csv
+
+from conftest import ROOT, script
 
 DATA = ROOT / "tests" / "data" / "pythia_evals"
 SAMPLES = {  # file -> (model, shots, step)
@@ -114,8 +114,8 @@ def test_the_summary_of_a_run_with_a_pythia_named_model_shows_them(tmp_path):
     tables = root / "tables"
     tables.mkdir(parents=True)
     loss = pd.DataFrame([dict(suite="local", model="pythia-160m", revision=f"step{s}", step=s, tokens=s * 2097152,
-                              loss=l, loss_sem=0.01, is_best=s == 3000, is_final=s == 143000)
-                         for s, l in ((0, 10.9), (3000, 3.1), (143000, 3.2))])
+                              loss=value, loss_sem=0.01, is_best=s == 3000, is_final=s == 143000)
+                         for s, value in ((0, 10.9), (3000, 3.1), (143000, 3.2))])
     write_csv(loss, tables / "loss.csv")
     write_csv(pd.DataFrame([dict(A=1.0, alpha=0.3, B=1.0, beta=0.3, E=1.5, min_params=1e9, params="non_embedding",
                        source="fixed", mean_shortfall_final_pct=math.nan, mean_shortfall_best_pct=math.nan)]

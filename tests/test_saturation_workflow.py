@@ -17,8 +17,7 @@ from lmsat.figures.saturation import law_curve, plot_scaling_fit
 from lmsat.integrity import csv_with_checksum
 from lmsat.io import read_json, write_json
 from lmsat.scaling import count_model_parameters, count_parameters
-from lmsat.tables import model_sizes, scaling_tables
-from lmsat.tables import loss_table, select_checkpoints, table1, write_csv
+from lmsat.tables import loss_table, model_sizes, scaling_tables, select_checkpoints, table1, write_csv
 
 from conftest import ROOT, script
 

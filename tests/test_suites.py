@@ -18,10 +18,10 @@ from collections import defaultdict
 import pandas as pd
 import pytest
 
+from lmsat.config import load_plan, load_yaml
 from lmsat.figures import FIGURES
 
 from conftest import ROOT, SCHEMA
-from lmsat.config import load_plan, load_yaml
 
 PYTHIA = ["14m", "31m", "70m", "160m", "410m", "1b", "1.4b", "2.8b", "6.9b", "12b"]
 
@@ -220,6 +220,7 @@ def test_a_refused_gated_repository_names_the_license(monkeypatch):
     from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
 
     from lmsat.fetch import RetryPolicy, _fix
+
     from test_faults import http_error
 
     for error in (http_error(GatedRepoError, 403), http_error(RepositoryNotFoundError, 401)):

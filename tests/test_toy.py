@@ -11,8 +11,8 @@ from lmsat.hub import (
     publish_revision,
     snapshot_path,
 )
-from lmsat.synthetic import LanguageSpec, build_language, write_corpus
 from lmsat.schedules import toy_steps
+from lmsat.synthetic import LanguageSpec, build_language, write_corpus
 from lmsat.toy import (
     ToyModelSpec,
     TrainSpec,

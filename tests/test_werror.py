@@ -53,7 +53,6 @@ def test_gram_spectrum_of_an_ngram_like_matrix_splits_into_blocks_and_matches_de
 
 
 def test_gram_spectrum_with_torch_eigensolver_matches_scipy():
-    rng = np.random.default_rng(5)
     matrix = scipy.sparse.random(60, 35, density=0.1, random_state=5, format="csr")
     np.testing.assert_allclose(
         gram_spectrum(matrix, device="cpu"), gram_spectrum(matrix), atol=1e-10

@@ -263,9 +263,8 @@ def attention(lm, job: WeightsJob) -> dict:
     import logging
 
     from lmsat.adapters import lm_head_matrix
-    from lmsat.degeneration import attention_arrays
-
     from lmsat.attention import ZeroWeightError
+    from lmsat.degeneration import attention_arrays
 
     try:
         arrays, shape = attention_arrays(lm)

@@ -7,6 +7,7 @@ reference row).
 
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
 import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
+
 import logging
 
 import h5py

@@ -12,11 +12,11 @@ leaves at 0). Outputs (lmsat.tables.scaling_tables):
 
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
 import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
+
 import logging
 
 from lmsat.io import read_record, setup_logging
-from lmsat.tables import model_sizes, read_table, scaled_models, scaling_tables
-from lmsat.tables import write_csv
+from lmsat.tables import model_sizes, read_table, scaled_models, scaling_tables, write_csv
 
 log = logging.getLogger(__name__)
 

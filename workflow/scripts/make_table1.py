@@ -7,6 +7,7 @@ Skipped tasks are missing (–).
 
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
 import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
+
 import logging
 
 from lmsat.io import read_record, setup_logging

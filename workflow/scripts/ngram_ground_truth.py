@@ -3,10 +3,11 @@ synthetic language against the curve of its true n-gram matrix."""
 
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
 import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
-from lmsat.tables import ngram_ground_truth_table, write_csv
+
 from lmsat.io import setup_logging
 from lmsat.ngram_werror import ground_truth_spectra
 from lmsat.synthetic import LanguageSpec, build_language
+from lmsat.tables import ngram_ground_truth_table, write_csv
 
 
 def main(snakemake):

@@ -2,6 +2,7 @@
 
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
 import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
+
 from lmsat.corpus import build_sample
 from lmsat.io import setup_logging
 from lmsat.models import load_tokenizer

@@ -4,6 +4,7 @@ models by size (params.models, the plan's order)."""
 
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
 import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
+
 import logging
 
 from lmsat.io import setup_logging

@@ -8,6 +8,7 @@ removed once the result is written.
 
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
 import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
+
 import logging
 import time
 from dataclasses import asdict

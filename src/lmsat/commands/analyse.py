@@ -45,6 +45,7 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     import lmsat.offline  # noqa: F401 (first: nothing here reaches the network)
+
     from lmsat.analysis import AnalyseError, analyse_checkpoint, find_tokenizer, resolve_checkpoint, run_settings, text_sample
     from lmsat.cache import CacheError
     from lmsat.config import ConfigError

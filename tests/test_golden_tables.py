@@ -1,0 +1,85 @@
+"""The comparison of a run's tables with the recorded default run (tests/golden_tables.py):
+it passes the recorded tables and changes inside the measured spread, and fails a change
+of the science (a loss moved by a few standard errors, a renamed model, a changed count)."""
+
+from __future__ import annotations
+
+import csv
+import re
+import shutil
+
+import pytest
+
+from golden_tables import RECORDED, TOLERANCES, compare_tables, read_csv_text, tolerance_of
+
+
+@pytest.fixture
+def tables(tmp_path):
+    """A copy of the recorded tables, as a run would have made them."""
+    shutil.copytree(RECORDED, tmp_path / "tables")
+    return tmp_path / "tables"
+
+
+def edit(path, row, column, change):
+    """Replace one cell of a CSV with change(its text), every other byte as it was."""
+    with open(path, encoding="utf-8", newline="") as f:
+        rows = list(csv.reader(f))
+    j = rows[0].index(column)
+    rows[row + 1][j] = change(rows[row + 1][j])
+    with open(path, "w", encoding="utf-8", newline="") as f:
+        csv.writer(f, lineterminator="\n").writerows(rows)
+
+
+def test_the_recorded_tables_match_themselves_and_every_float_has_a_tolerance(tables):
+    assert compare_tables(tables) == []  # a float column without a tolerance would be named here
+
+
+def test_every_tolerance_names_a_recorded_column():
+    columns = {(path.stem, column) for path in RECORDED.glob("*.csv") for column in read_csv_text(path)[0]}
+    for key in TOLERANCES:
+        if isinstance(key, tuple):
+            assert key in columns, f"TOLERANCES names {key}, which is not recorded"
+        else:
+            assert any(column == key for _, column in columns), f"TOLERANCES names {key}, which no recorded table has"
+
+
+def test_a_final_loss_moved_by_three_standard_errors_fails(tables):
+    header, rows = read_csv_text(tables / "loss.csv")
+    row = next(i for i, r in enumerate(rows) if r[header.index("is_final")] == "True")
+    sem = float(rows[row][header.index("loss_sem")])
+    edit(tables / "loss.csv", row, "loss", lambda text: repr(float(text) + 3 * sem))
+    differences = compare_tables(tables)
+    assert len(differences) == 1 and differences[0].startswith("loss.loss [suite=toy, model="), differences
+
+
+@pytest.mark.parametrize("column", ["loss", "loss_sem"])
+def test_a_loss_moved_inside_its_tolerance_passes(tables, column):
+    tolerance = tolerance_of("loss", column)
+    header, rows = read_csv_text(tables / "loss.csv")
+    for i in range(len(rows)):
+        edit(tables / "loss.csv", i, column, lambda text: repr(float(text) + 0.9 * (tolerance.atol + tolerance.rtol * abs(float(text)))))
+    assert compare_tables(tables) == []
+    edit(tables / "loss.csv", 0, column, lambda text: repr(float(text) + 0.5 * (tolerance.atol + tolerance.rtol * abs(float(text)))))
+    assert len(compare_tables(tables)) == 1  # now 1.4 tolerances from the recorded value
+
+
+def test_a_renamed_model_a_changed_count_and_a_missing_row_fail(tables):
+    edit(tables / "loss.csv", 0, "model", lambda text: text + "x")
+    edit(tables / "loss.csv", 1, "step", lambda text: str(int(text) + 1))
+    differences = compare_tables(tables)
+    assert [d.split(" [")[0] for d in differences] == ["loss.model", "loss.step"], differences
+    lines = (tables / "best_final.csv").read_text().splitlines(keepends=True)
+    (tables / "best_final.csv").write_text("".join(lines[:-1]))
+    assert any(d.startswith("best_final: ") and "rows" in d for d in compare_tables(tables))
+
+
+def test_a_rendered_table_allows_rounding_but_not_a_changed_number(tables):
+    text = (tables / "table1.md").read_text()
+    number = next(word for word in text.split() if word.count(".") == 1 and word.replace(".", "").isdigit())
+    digits = len(number.split(".")[1])
+    unit = 10 ** -digits
+    alone = rf"(?<![\d.]){re.escape(number)}(?![\d.])"  # the number itself, not digits of another
+    (tables / "table1.md").write_text(re.sub(alone, f"{float(number) + unit:.{digits}f}", text, count=1))
+    assert compare_tables(tables) == []  # a value within tolerance may round up one unit
+    (tables / "table1.md").write_text(re.sub(alone, f"{float(number) + 3 * unit:.{digits}f}", text, count=1))
+    assert len(compare_tables(tables)) == 1
