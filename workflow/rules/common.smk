@@ -868,7 +868,9 @@ def one_line(caption):
 def metric_figure_caption(wildcards):
     """workflow/report/<stem>.rst where the figure has one, else its registry caption."""
     own = CAPTIONS / f"{wildcards.figure}.rst"
-    return one_line(own.read_text() if own.exists() else FIGURES[wildcards.figure].caption)
+    return one_line(
+        own.read_text() if own.exists() else FIGURES[wildcards.figure].caption
+    )
 
 
 def table_category(wildcards):
@@ -894,7 +896,8 @@ def table_caption(wildcards):
 
 def report_outputs():
     """The rendered tables of every section this config makes, the summary page and the
-    published evaluations beside it (named, so that a finished run makes the new table)."""
+    published evaluations beside it (named, so that a finished run makes the new table).
+    """
     return [
         f"results/{RUN}/report/{name}.html"
         for target in sections_made()
@@ -912,7 +915,9 @@ def summary_figures():
         for stem in stems:
             path = f"results/{RUN}/figures/{stem}.png"
             if path in made:
-                figures.append([title if len(stems) == 1 else f"{title} ({stem})", path])
+                figures.append(
+                    [title if len(stems) == 1 else f"{title} ({stem})", path]
+                )
     return figures
 
 
