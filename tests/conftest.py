@@ -105,3 +105,18 @@ def small_toy_config(models=("toy-d16", "toy-d32"), n_seq=256, chunk=2) -> dict:
         config["ngrams"].update(max_tokens=20000)
         config["ngrams"].setdefault("ground_truth", {})["sample_sizes"] = [1000, 10000]
     return config
+
+
+def plan_refused(config: dict, key: str, *fragments: str) -> str:
+    """The ConfigError of planning `config`: it names config key `key`, a fix, and `fragments`."""
+    from lmsat.config import ConfigError, load_plan
+
+    with pytest.raises(ConfigError) as info:
+        load_plan(config, SCHEMA)
+    message = str(info.value)
+    assert message.startswith(f"config key '{key}'"), message
+    assert "Fix:" in message
+    for fragment in fragments:
+        assert fragment in message, message
+    return message
+

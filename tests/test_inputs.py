@@ -9,7 +9,7 @@ import pytest
 from lmsat import schedules
 from lmsat.config import PATH_NAME_PATTERN, ConfigError, check_path_name, load_plan, load_yaml
 
-from conftest import SCHEMA
+from conftest import SCHEMA, plan_refused
 
 BAD_NAMES = ["..", "../../../ESCAPED", "a/b", "/abs/path", ".hidden", "", "x\n"]
 
@@ -18,15 +18,7 @@ def plan(config):
     return load_plan(config, SCHEMA)
 
 
-def refused(config, key: str, *fragments: str) -> str:
-    with pytest.raises(ConfigError) as info:
-        plan(config)
-    message = str(info.value)
-    assert message.startswith(f"config key '{key}'"), message
-    assert "Fix:" in message
-    for fragment in fragments:
-        assert fragment in message, message
-    return message
+refused = plan_refused
 
 
 # ------------------------------------------------------------ names that become path components

@@ -34,13 +34,13 @@ from safetensors.torch import load_file, save_file
 from snakemake.iocontainers import Namedlist
 
 from lmsat import hub
-from lmsat.config import ConfigError, ModelEntry, load_plan
+from lmsat.config import ModelEntry, load_plan
 from lmsat.corpus import write_sample
 from lmsat.io import setup_logging
 from lmsat.metrics import METRICS, WeightsJob
 from lmsat.models import ModelLoadError, check_token_ids, load_causal_lm
 
-from conftest import SCHEMA, script
+from conftest import SCHEMA, plan_refused, script
 
 REVISION = "step1"
 WEIGHTS = "model.safetensors"
@@ -380,17 +380,6 @@ def test_a_broken_hub_cache_snapshot_names_its_file_and_the_refetch(tiny_neox, t
 
 def plan(config):
     return load_plan(config, SCHEMA)
-
-
-def plan_refused(config, key: str, *fragments: str) -> str:
-    with pytest.raises(ConfigError) as info:
-        plan(config)
-    message = str(info.value)
-    assert message.startswith(f"config key '{key}'"), message
-    assert "Fix:" in message
-    for fragment in fragments:
-        assert fragment in message, message
-    return message
 
 
 def add_model(config, **model) -> int:
