@@ -121,7 +121,8 @@ def test_an_lmeval_task_is_staged_through_lmeval_into_the_staged_datasets_cache(
     task = tmp_path / "tasks" / "synthetic_ppl.yaml"  # its own cache_dir out: the staged one is used
     spec = yaml.safe_load(task.read_text())
     del spec["dataset_kwargs"]["cache_dir"]
-    task.write_text(yaml.safe_dump(spec, sort_keys=False))
+    header = task.read_text().splitlines()[0]  # lmsat's header: its relative data paths are resolved
+    task.write_text(header + "\n" + yaml.safe_dump(spec, sort_keys=False))
     cache, manifest = tmp_path / "staged" / "datasets", tmp_path / "staged" / "lmeval" / "synthetic_ppl.json"
     code = ("import sys; from lmsat.staging import stage_lmeval_task; "
             "stage_lmeval_task('synthetic_ppl', sys.argv[1], sys.argv[2], include_path=sys.argv[3])")

@@ -204,7 +204,7 @@ def stage_lmeval_task(task: str, datasets_cache, manifest, include_path=None) ->
     import datasets
     from lm_eval.tasks import get_task_dict
 
-    from lmsat.evaluation import _check_tasks, _task_manager
+    from lmsat.evaluation import _check_tasks, _task_manager, located_tasks
 
     cache = Path(datasets.config.HF_DATASETS_CACHE).resolve()
     if cache != Path(datasets_cache).resolve():
@@ -212,9 +212,10 @@ def stage_lmeval_task(task: str, datasets_cache, manifest, include_path=None) ->
             f"stage_lmeval_task: datasets caches to {cache}, not {datasets_cache}; set HF_DATASETS_CACHE "
             "before importing datasets (workflow/scripts/stage_lmeval_task.py does)"
         )
-    task_manager = _task_manager([task], include_path)
-    _check_tasks([task], task_manager)
-    loaded = get_task_dict([task], task_manager)
+    with located_tasks(include_path) as (located, _):  # lmsat's task YAMLs name their data relative to themselves
+        task_manager = _task_manager([task], located)
+        _check_tasks([task], task_manager)
+        loaded = get_task_dict([task], task_manager)
 
     def leaves(tree):
         for key, value in tree.items():

@@ -2,6 +2,7 @@
 local one, or a hub cache staged by hand), which every job that reads it depends on."""
 
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
+import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
 
 import logging
 from pathlib import Path
