@@ -29,7 +29,7 @@ from pathlib import Path
 
 RECORDED = Path(__file__).resolve().parent / "data" / "default_tables"
 MADE_WITH = RECORDED / "made_with.txt"  # the recording's provenance (versions, hashes), not compared
-PROVENANCE = {"config_sha256", "lmsat_source_sha256", "row_lmsat_source", "table_sha256"}
+PROVENANCE = {"config_sha256", "lmsat_source_sha256", "row_lmsat_source", "table_sha256", "table_sha256_no_rows"}
 INTEGER = re.compile(r"-?\d+")
 # a number in Markdown or LaTeX text: its digits after the point set the precision it was printed at
 NUMBER = re.compile(r"-?\d+(?:\.(\d+))?(?:[eE][-+]?\d+)?")

@@ -47,7 +47,7 @@ from lmsat.integrity import (
     verify_csv,
     with_record_checksum,
 )
-from lmsat.tables import loss_from_records, read_table, spectra_tables
+from lmsat.tables import loss_from_records, read_table, spectra_tables, write_csv
 
 from conftest import ROOT, SCHEMA, small_toy_config
 
@@ -353,6 +353,26 @@ def test_an_edited_loss_table_is_refused_by_its_readers(finished, copy_of):
     verify_csv(path)
     path.write_text(path.read_text().replace(",True,", ",False,", 1))  # is_best moved by hand
     with pytest.raises(IntegrityError, match=rf"{path} is corrupt: its rows do not match.*rule tabulate_metric"):
+        read_table(path)
+
+
+@slow
+def test_a_loss_table_emptied_to_its_header_is_refused(finished, copy_of):
+    """Deleting every row leaves no row to carry the checksum: the header says the table had rows."""
+    path = copy_of(f"{RUN}/tables/loss.csv")
+    path.write_text(path.read_text().splitlines()[0] + "\n")
+    with pytest.raises(IntegrityError, match=rf"{path} is corrupt: it has a header and no rows.*rule tabulate_metric"):
+        read_table(path)
+
+
+def test_a_table_written_with_no_rows_reads_back_empty(tmp_path):
+    """identical_weights.csv is empty when no two checkpoints share weights: that is no fault."""
+    path = tmp_path / "identical_weights.csv"
+    write_csv(pd.DataFrame(columns=["model", "revision", "same_as"]), path)
+    back = read_table(path)
+    assert back.empty and list(back.columns) == ["model", "revision", "same_as"]
+    path.write_text(path.read_text() + "toy-d16,step0,toy-d32\n")  # a row added by hand: no checksum
+    with pytest.raises(IntegrityError, match="it has no last column `table_sha256`"):
         read_table(path)
 
 

@@ -34,6 +34,7 @@ import numpy as np
 CHECKSUM_ATTR = "checksums"
 RECORD_FIELD = "record_sha256"
 TABLE_COLUMN = "table_sha256"
+EMPTY_TABLE_COLUMN = "table_sha256_no_rows"  # the header's last column of a table of no rows
 VERIFY_BLOCK_BYTES = 2**26  # bytes read at once when a one-block dataset is verified
 
 # Which rule makes a results path again (for the fix in an error message), first match wins.
@@ -195,29 +196,43 @@ def verify_record(record, path) -> None:
 
 
 def csv_with_checksum(text: str) -> str:
-    """CSV text (header first, "\\n" line ends) with a last column holding its SHA-256."""
+    """CSV text (header first, "\\n" line ends) with a last column holding its SHA-256.
+
+    A table of no rows has nowhere to hold it: its header ends in EMPTY_TABLE_COLUMN
+    instead, so a table whose rows were all deleted (header left) is told from one written
+    empty (identical_weights when no two checkpoints share weights).
+    """
     digest = hashlib.sha256(text.encode()).hexdigest()
     lines = text.split("\n")
     ends = "\n" if text.endswith("\n") else ""
     body = lines[:-1] if ends else lines
-    out = [body[0] + f",{TABLE_COLUMN}"] + [line + f",{digest}" for line in body[1:]]
+    column = TABLE_COLUMN if len(body) > 1 else EMPTY_TABLE_COLUMN
+    out = [body[0] + f",{column}"] + [line + f",{digest}" for line in body[1:]]
     return "\n".join(out) + ends
 
 
-def verify_csv(path) -> None:
-    """IntegrityError unless the CSV at `path` matches its `table_sha256` column."""
+def verify_csv(path) -> str:
+    """IntegrityError unless the CSV at `path` matches its `table_sha256` column.
+
+    -> the name of its checksum column (TABLE_COLUMN, or EMPTY_TABLE_COLUMN: no rows).
+    """
     text = Path(path).read_text()
     lines = text.split("\n")
     body = lines[:-1] if text.endswith("\n") else lines
+    if body and len(body) == 1 and body[0].endswith(f",{EMPTY_TABLE_COLUMN}"):
+        return EMPTY_TABLE_COLUMN  # written with no rows
     header = f",{TABLE_COLUMN}"
     if not body or not body[0].endswith(header):
         raise corrupt(path, f"it has no last column `{TABLE_COLUMN}` (removed, or written before checksums existed)")
+    if len(body) == 1:
+        raise corrupt(path, "it has a header and no rows, but was written with rows (emptied by hand?)")
     digests = {line[-64:] for line in body[1:]}
     stripped = [body[0][: -len(header)]] + [line[:-65] for line in body[1:]]
     plain = "\n".join(stripped) + ("\n" if text.endswith("\n") else "")
     expected = hashlib.sha256(plain.encode()).hexdigest()
-    if (digests and digests != {expected}) or any(line[-65:-64] != "," for line in body[1:]):
+    if digests != {expected} or any(line[-65:-64] != "," for line in body[1:]):
         raise corrupt(path, f"its rows do not match their checksum `{TABLE_COLUMN}` (edited by hand?)")
+    return TABLE_COLUMN
 
 
 # ---------------------------------------------------------------- plausibility

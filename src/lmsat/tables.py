@@ -20,7 +20,7 @@ import pandas as pd
 from lmsat.degeneration import ATTENTION_KINDS, ATTENTION_SCALARS, RECORD_KEYS, read_attention, read_spectrum
 from lmsat.evaluation import CHECKPOINT_ORDER, TABLE1_TASKS, metric_value
 from lmsat.evaluation import METRICS as TABLE1_METRICS
-from lmsat.integrity import BOUNDS, TABLE_COLUMN, check_values, csv_with_checksum, require_keys, verify_csv, verify_hdf5
+from lmsat.integrity import BOUNDS, check_values, csv_with_checksum, require_keys, verify_csv, verify_hdf5
 from lmsat.io import atomic_path, check_identity, library_versions, promised_by_path, read_json, read_record, source_sha256
 from lmsat.scaling import fit_scaling_law, predict, shortfall
 from lmsat.spectra import effective_rank, identical_heads, singular_entropy, stable_rank
@@ -339,8 +339,7 @@ def write_csv(table: pd.DataFrame, path, config_sha256: str | None = None, input
 def read_table(path) -> pd.DataFrame:
     """A table written by write_csv, after checking it against its checksum column (which
     is dropped): lmsat.integrity.IntegrityError naming the file otherwise."""
-    verify_csv(path)
-    return pd.read_csv(path).drop(columns=TABLE_COLUMN)
+    return pd.read_csv(path).drop(columns=verify_csv(path))
 
 
 # ---- best and final checkpoints, Table 1
