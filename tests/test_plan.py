@@ -18,11 +18,11 @@ from conftest import ROOT, small_toy_config
 README_COMMAND = "python -m lmsat plan --configfile config/pythia.yaml --gpus 8 --disk-mb 110000"
 
 
-def readme_plan() -> str:
-    """The plan output the README quotes (the fenced block after README_COMMAND)."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+def quoted_plan(path) -> str:
+    """The plan output `path` quotes (the fenced block after `$ README_COMMAND`)."""
+    text = path.read_text(encoding="utf-8")
     found = re.search(re.escape("$ " + README_COMMAND) + r"\n(.*?)\n```", text, re.S)
-    assert found, f"README quotes no output of `{README_COMMAND}`"
+    assert found, f"{path.relative_to(ROOT)} quotes no output of `{README_COMMAND}`"
     return found.group(1)
 
 
@@ -35,8 +35,18 @@ def pythia(tmp_path_factory):
     return plan, jobs, estimate(jobs, plan, directory, gpus=8, disk_mb=110000)
 
 
-def test_the_readme_quotes_the_pythia_plan(pythia):
-    assert render(pythia[2]) == readme_plan()
+def test_the_docs_quote_the_pythia_plan(pythia):
+    assert render(pythia[2]) == quoted_plan(ROOT / "docs" / "paper.md")
+
+
+def test_the_readme_quotes_lines_of_the_pythia_plan(pythia):
+    """The README's excerpt: lines of the plan's output, in its order, `...` where it skips."""
+    rendered = render(pythia[2]).splitlines()
+    excerpt = [line for line in quoted_plan(ROOT / "README.md").splitlines() if line != "..."]
+    assert len(excerpt) >= 4
+    positions = [rendered.index(line) if line in rendered else None for line in excerpt]
+    assert None not in positions, [line for line, at in zip(excerpt, positions) if at is None]
+    assert positions == sorted(positions)
 
 
 def test_the_pythia_plan_adds_up(pythia):

@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 # 255 documents past the one that fills its budget.
 READ_AHEAD_DOCUMENTS = 256
 FOOTER_KEY = "lmsat_staged"
-HINT = "run the staging rules first (see README, 'Compute nodes without internet')"
+HINT = "run the staging rules first (see docs/cluster.md, 'Compute nodes without internet')"
 
 # The rules whose jobs reach the network (workflow/rules/fetch.smk, staging.smk); every other
 # job imports lmsat.offline. The workflow makes them local rules where staging_on says so, and

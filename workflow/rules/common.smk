@@ -16,7 +16,7 @@ if not isinstance(workflow.current_basedir, LocalSourceFile):
         f"lmsat is deployed from {workflow.current_basedir}, which is not a local directory: "
         "its jobs and planner import the lmsat library beside the workflow (src/), which a "
         "remote module does not carry. Fix: clone the repository at the tag you want and "
-        "point the module at the clone's workflow/Snakefile (README: using lmsat inside "
+        "point the module at the clone's workflow/Snakefile (docs/module.md: using lmsat inside "
         "another workflow)."
     )
 WORKFLOW_DIR = Path(workflow.current_basedir).resolve().parent  # <checkout>/workflow

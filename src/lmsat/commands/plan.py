@@ -46,7 +46,7 @@ TIME_MODEL = dict(
     write_bytes_per_s=1.0e9,  # cache write
     gpu_flops=1.0e14,  # effective bf16 forward throughput of one data-centre GPU (~1/4 to 1/10 of an H100/H200's peak)
     cpu_flops=1.0e11,  # effective float32 forward throughput of one CPU job (a few cores)
-    fetch_bytes_per_s=1.0e8,  # one checkpoint download from the hub (the README's ~100 MB/s)
+    fetch_bytes_per_s=1.0e8,  # one checkpoint download from the hub (docs/cluster.md's ~100 MB/s)
 )
 # Rules whose time the model covers: a forward of `tokens` through the model after loading it.
 FORWARD_RULES = ("analyse_checkpoint", "build_head_cache")
