@@ -33,9 +33,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from lmsat.config import ModelEntry
 from lmsat.fingerprint import FETCHED_MARKER
 from lmsat.io import is_disk_full, write_json
+from lmsat.plan import ModelEntry
 
 log = logging.getLogger(__name__)
 
