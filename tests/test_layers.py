@@ -17,12 +17,12 @@ The layers, bottom to top (lmsat/__init__.py's docstring says the same). A modul
 only from its own layer or below, and the graph has no cycle, so within a layer too the
 imports form a strict order:
 
-0 leaves: exceptions (errors), plan types (plan: ModelEntry, Plan), path-name checks
-  (names), file writing and records (io, integrity), progress logs, weights fingerprints,
-  revision schedules, offline switches, the lm-eval task templates.
-1 data access: the hub cache, checkpoints and models, downloads with their retry policy
-  (fetch), corpora with their staged reader, the representation cache, run folders,
-  architecture adapters, published reference data.
+0 leaves: exceptions (errors), retry with backoff (retry), plan types (plan: ModelEntry,
+  Plan), path-name checks (names), file writing and records (io, integrity), progress logs,
+  weights fingerprints, revision schedules, offline switches, the lm-eval task templates.
+1 data access: the hub cache, checkpoints and models, downloads (fetch), corpora with their
+  staged reader, the representation cache, run folders, architecture adapters, published
+  reference data.
 2 compute: the maths of every analysis (anisotropy, spectra, attention, degeneration,
   heads and their cache, n-grams, W-error, scaling, lm-eval, the bottleneck grid, the
   synthetic language and its toy models).
@@ -47,6 +47,7 @@ LAYER_NAMES = ("leaf", "data access", "compute", "registry", "orchestration")
 LAYERS = {
     # 0 leaves: import nothing of lmsat but other leaves
     "lmsat.errors": LEAF,
+    "lmsat.retry": LEAF,
     "lmsat.plan": LEAF,
     "lmsat.names": LEAF,
     "lmsat.io": LEAF,

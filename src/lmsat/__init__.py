@@ -18,12 +18,12 @@ The modules form layers, bottom to top; an import, even one inside a function, o
 down (or within its layer, without a cycle), and no private name crosses a module
 (tests/test_layers.py walks every import and holds the map of each module's layer):
 
-- leaves: errors (the shared exceptions), plan (ModelEntry, Plan), names (path-name
-  checks), io and integrity (atomic writes, records, checksums), progress, fingerprint,
-  schedules, offline, the lm-eval task templates (tasks);
-- data access: hub, checkpoints, models (loading and its checks), fetch (downloads, retry
-  and backoff), corpus (with the staged corpus reader), cache (the representation cache),
-  rundir, adapters, published;
+- leaves: errors (the shared exceptions), retry (backoff of network calls), plan
+  (ModelEntry, Plan), names (path-name checks), io and integrity (atomic writes, records,
+  checksums), progress, fingerprint, schedules, offline, the lm-eval task templates (tasks);
+- data access: hub, checkpoints, models (loading and its checks), fetch (downloads), corpus
+  (with the staged corpus reader), cache (the representation cache), rundir, adapters,
+  published;
 - compute: anisotropy, spectra, attention, degeneration, heads, headcache, ngrams, werror,
   ngram_werror, scaling, evaluation, bottleneck (the rank sweep and the head cache's
   windows), synthetic, toy;

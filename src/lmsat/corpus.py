@@ -90,10 +90,10 @@ def _read_text_file(path: str, text_field: str, name: str = "corpus", limit: int
 
 
 def iter_documents(spec: dict, name: str = "corpus", policy=None, sleep=time.sleep) -> Iterator[str]:
-    """Documents of a corpus, in a fixed order. `policy` (lmsat.fetch.RetryPolicy): how a
+    """Documents of a corpus, in a fixed order. `policy` (lmsat.retry.RetryPolicy): how a
     hub dataset retries transient faults (`hf_documents`). A spec with `staged` (set by the
     workflow for hub datasets) reads the prefix a staging job wrote there instead
-    (lmsat.staging), the same documents in the same order, without network."""
+    (`staged_documents`), the same documents in the same order, without network."""
     if spec.get("staged"):
         yield from staged_documents(spec["staged"], name)
         return
@@ -134,7 +134,7 @@ def hf_documents(spec: dict, name: str, policy, sleep) -> Iterator[str]:
     count of tries starts again whenever rows were read since the last fault."""
     import datasets
 
-    from lmsat.fetch import RetryPolicy, is_transient, retry_wait
+    from lmsat.retry import RetryPolicy, is_transient, retry_wait
 
     policy = policy or RetryPolicy()
     done, failures, done_at_failure = 0, 0, -1

@@ -1,10 +1,10 @@
 """The exceptions that several layers raise and catch, in a leaf that imports nothing.
 
 Each is still importable from the module of its subject (lmsat.config.ConfigError,
-lmsat.corpus.CorpusError, lmsat.models.ModelLoadError, lmsat.staging.StagingMissing), so
-`except lmsat.models.ModelLoadError` keeps working; the library itself imports them here,
-so that a loader and a staging job can raise each other's errors without importing each
-other (tests/test_layers.py).
+lmsat.corpus.CorpusError, lmsat.fetch.FetchError, lmsat.models.ModelLoadError,
+lmsat.staging.StagingMissing), so `except lmsat.models.ModelLoadError` keeps working; the
+library itself imports them from here, so that a loader and a staging job can raise each
+other's errors without importing each other (tests/test_layers.py).
 """
 
 from __future__ import annotations
@@ -26,6 +26,10 @@ class ConfigError(ValueError):
 
 class CorpusError(ValueError):
     """A corpus that cannot give what the config asks of it."""
+
+
+class FetchError(RuntimeError):
+    """A checkpoint could not be fetched; the message names model, revision and the fix."""
 
 
 class ModelLoadError(RuntimeError):

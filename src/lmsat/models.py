@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import os
 
-from lmsat.errors import ConfigError, ModelLoadError, StagingMissing
+from lmsat.errors import ConfigError, FetchError, ModelLoadError, StagingMissing
 from lmsat.plan import ModelEntry
 
 log = logging.getLogger(__name__)
@@ -176,10 +176,11 @@ def load_tokenizer(spec: dict, name: str, policy=None):
     """The tokenizer `name` of config['tokenizers'] (`spec` is that entry). A spec with `staged`
     (set by the workflow for hub tokenizers) loads the directory rule stage_tokenizer wrote
     (lmsat.staging); otherwise a hub tokenizer is downloaded here, transient hub faults
-    retried with backoff (`policy`, a lmsat.fetch.RetryPolicy; default: its defaults)."""
+    retried with backoff (`policy`, a lmsat.retry.RetryPolicy; default: its defaults)."""
     from transformers import AutoTokenizer
 
-    from lmsat.fetch import FetchError, RetryPolicy, gated_fix, require_token, with_backoff
+    from lmsat.fetch import gated_fix, require_token
+    from lmsat.retry import RetryPolicy, with_backoff
 
     if spec["source"] == "hub" and spec.get("gated"):
         try:

@@ -72,7 +72,7 @@ def stage_tokenizer(spec: dict, name: str, directory, policy=None) -> Path:
     `from_pretrained(id, revision=...)` with backoff, and save it into `directory`."""
     from transformers import AutoTokenizer
 
-    from lmsat.fetch import RetryPolicy, with_backoff
+    from lmsat.retry import RetryPolicy, with_backoff
 
     try:
         tokenizer = with_backoff(
