@@ -30,13 +30,7 @@ for _name in [n for n in sys.modules if n == "lmsat" or n.startswith("lmsat.")]:
     if LMSAT_SRC not in Path(_file).resolve().parents:
         del sys.modules[_name]
 
-from lmsat.bottleneck import (
-    head_ranks,
-    head_train_fields,
-    learning_rates,
-    set_corpora,
-    shard_count,
-)
+from lmsat.bottleneck import head_ranks, head_train_fields, learning_rates, set_corpora
 from lmsat.config import (
     config_sha256,
     load_plan,
@@ -48,6 +42,7 @@ from lmsat.config import (
 from lmsat.corpus import corpus_inputs
 from lmsat.evaluation import OFFLINE_TASKS, STORYCLOZE_2016_FILES
 from lmsat.fetch import checkpoint_disk_mb, estimated_parameters
+from lmsat.bottleneck import shard_count  # the head cache's shard files
 from lmsat.integrity import selected_revision as checked_selection
 from lmsat.hub import repo_dir
 from lmsat.figures import FIGURES
