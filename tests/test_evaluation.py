@@ -20,7 +20,7 @@ from lmsat.evaluation import (
     METRICS,
     STORYCLOZE_2016_FILES,
     ManualDownloadRequired,
-    _check_tasks,
+    check_tasks,
     manual_download_missing,
     run_lmeval,
     write_offline_tasks,
@@ -198,7 +198,7 @@ def test_manual_download_detection_and_storycloze_files(tmp_path):
         write_storycloze_task(tmp_path / "out", tmp_path / "empty")
     # (through run_lmeval an unknown name would first index lm-eval's ~15k tasks: ~15 s)
     with pytest.raises(ValueError, match=r"unknown lm-eval task\(s\) \['nope'\]"):
-        _check_tasks(["plain", "nope"], manager)
+        check_tasks(["plain", "nope"], manager)
 
 
 def paper_records() -> list[dict]:

@@ -25,9 +25,9 @@ import pytest
 import yaml
 
 from lmsat import hub
-from lmsat.corpus import CorpusError, _hf_documents, build_token_pool, iter_documents
+from lmsat.corpus import CorpusError, build_token_pool, hf_documents, iter_documents, staged_documents
 from lmsat.models import load_tokenizer
-from lmsat.staging import READ_AHEAD_DOCUMENTS, StagingMissing, stage_corpus, stage_tokenizer, staged_documents
+from lmsat.staging import READ_AHEAD_DOCUMENTS, StagingMissing, stage_corpus, stage_tokenizer
 
 from conftest import ROOT, script, small_toy_config, word_tokenizer
 
@@ -55,7 +55,7 @@ def hf_spec(path):
 def test_a_staged_prefix_reads_as_the_stream_and_refuses_to_run_past(tmp_path):
     spec = hf_spec(write_documents(tmp_path / "docs.jsonl", 900))
     tokenizer = word_tokenizer(WORDS)
-    stream = list(_hf_documents(spec, "c", None, time.sleep))
+    stream = list(hf_documents(spec, "c", None, time.sleep))
     consumers = [dict(job="sample_eval_tokens", tokenizer="words", tokens=500),
                  dict(job="count_corpus_ngrams", tokenizer="words", tokens=300)]
     footer = stage_corpus(spec, "c", consumers, {"words": tokenizer}, tmp_path / "c.jsonl")

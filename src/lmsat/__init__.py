@@ -13,6 +13,25 @@ use (so `import lmsat` and `lmsat plan` load neither torch nor h5py):
     lmsat.head_spectrum(lm), lmsat.attention_lowrank(lm)
     lmsat.extract_to_cache(lm, tokens, path, identity=..., settings=lmsat.ExtractionSettings())
     lmsat.METRICS["loss"].compute(cache)    # every per-checkpoint metric, by name
+
+The modules form layers, bottom to top; an import, even one inside a function, only goes
+down (or within its layer, without a cycle), and no private name crosses a module
+(tests/test_layers.py walks every import and holds the map of each module's layer):
+
+- leaves: errors (the shared exceptions), retry (backoff of network calls), plan
+  (ModelEntry, Plan), names (path-name checks), io and integrity (atomic writes, records,
+  checksums), progress, fingerprint, schedules, offline, the lm-eval task templates (tasks);
+- data access: hub, checkpoints, models (loading and its checks), fetch (downloads), corpus
+  (with the staged corpus reader), cache (the representation cache), rundir, adapters,
+  published;
+- compute: anisotropy, spectra, attention, degeneration, heads, headcache, ngrams, werror,
+  ngram_werror, scaling, evaluation, bottleneck (the rank sweep and the head cache's
+  windows), synthetic, toy;
+- registries: metrics, tables, figures (with its plot modules), report;
+- orchestration: config (loading and planning), staging, analysis, schema_doc, commands,
+  cli, and this package's lazy API.
+
+Output paths are the workflow's (workflow/rules/*.smk).
 """
 
 __version__ = "0.1.0"

@@ -13,9 +13,29 @@ behind Figs. 6 and 8 are `lmsat.tables.heads_tables`.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 # Snakemake imports this module to plan the DAG: no torch, pandas or scipy here.
+
+# The head cache's windows and shards (lmsat.headcache writes them; the workflow counts its
+# files and lmsat.config checks bottleneck.seq_len against them at planning).
+
+
+def n_windows(n_tokens: int, seq_len: int) -> int:
+    """Windows of a set of `n_tokens` tokens (rounded up to whole windows, as the eval sample)."""
+    return math.ceil(n_tokens / seq_len)
+
+
+def windows_per_shard(shard_tokens: int, seq_len: int) -> int:
+    return max(1, shard_tokens // seq_len)
+
+
+def shard_count(n_tokens: int, seq_len: int, shard_tokens: int) -> int:
+    """Shards of a set; the workflow declares this many files per set at DAG time."""
+    return math.ceil(n_windows(n_tokens, seq_len) / windows_per_shard(shard_tokens, seq_len))
+
 
 # bottleneck config key -> the lmsat.heads.HeadTrainConfig field it sets (the rest of the
 # config is Pythia's recipe, App. B)

@@ -22,7 +22,8 @@ import logging
 import re
 from pathlib import Path
 
-from lmsat.config import ModelEntry
+from lmsat.errors import ModelLoadError
+from lmsat.plan import ModelEntry
 
 log = logging.getLogger(__name__)
 
@@ -32,10 +33,6 @@ FLOATING = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloa
             "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2"}
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _SHOWN = 8  # keys quoted in a message; the rest are counted
-
-
-class ModelLoadError(RuntimeError):
-    """A checkpoint or tokenizer could not be loaded; the message names model and revision."""
 
 
 def checkpoint_dir(model: ModelEntry, revision: str, cache_dir: str | None = None) -> Path | None:

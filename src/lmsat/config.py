@@ -15,23 +15,22 @@ import hashlib
 import json
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
 import jsonschema
 import yaml
 
 from lmsat import rundir, schedules
+from lmsat.errors import ConfigError
+from lmsat.models import check_context
+from lmsat.models import context_length as context_length  # lmsat init reads a checkpoint's context
+from lmsat.names import PATH_NAME_PATTERN as PATH_NAME_PATTERN  # the schema's pattern of names
+from lmsat.names import check_path_name
+from lmsat.plan import ModelEntry, Plan
 
 TOY_ORG = "lmsat-toy"
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
 PICKLE_FILES = ("pytorch_model.bin", "pytorch_model.bin.index.json")
-
-
-# One pattern for every name that becomes a path component (suite, model, revision,
-# tokenizer, corpus, metric; a run name): no '/', no '..', never absolute, no leading dot.
-PATH_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$"
-_PATH_NAME = re.compile(PATH_NAME_PATTERN)
 
 
 def file_kind(path) -> str:
@@ -50,114 +49,6 @@ def file_kind(path) -> str:
         (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
     ]
     return next((name for test, name in kinds if test(mode)), "not a regular file")
-
-
-class ConfigError(ValueError):
-    """A config problem, with the offending key and the fix."""
-
-    def __init__(self, key: str, problem: str, fix: str = ""):
-        self.key = key
-        message = f"config key '{key}': {problem}"
-        if fix:
-            message += f". Fix: {fix}"
-        super().__init__(message)
-
-
-@dataclass(frozen=True)
-class ModelEntry:
-    """One model of a suite, with its revisions resolved."""
-
-    name: str  # short name used in paths
-    suite: str  # suite it belongs to
-    source: str  # hub | local | toy
-    id: str  # hub id, or directory for local models
-    hidden_size: int  # d, checked when the model is loaded
-    vocab_size: int  # head rows incl. padding (0 = unknown)
-    n_params: int  # for the scaling law (0 = count from the model)
-    tokenizer: str  # key of config["tokenizers"]
-    tokens_per_step: int  # training tokens per optimizer step
-    revisions: tuple[str, ...]  # revision names, in training order
-    steps: tuple[int, ...]  # training step of each revision
-    allow_pickle: bool  # allow .bin weights
-    trust_remote_code: bool  # run the repository's own code
-    key: str  # config key of this model, by name (suites.s.models[name=x]), for error messages
-    num_layers: int = 0  # transformer blocks, checked when loaded (0 = unknown; sizes jobs)
-    results: str = "results"  # the run's output directory (results/<run>)
-    gated: str = ""  # license to accept on the hub before downloading ("" = not gated)
-    tied_head: bool | None = None  # head is the input embedding (None = not stated)
-
-    @property
-    def hub_page(self) -> str:
-        """The repository's hub page (where a gated repository's license is accepted)."""
-        return f"https://huggingface.co/{self.id}"
-
-    def cache_dir(self, revision: str) -> str | None:
-        """Hub cache holding `revision`: the toy suite's own, or the one that rule
-        fetch_checkpoint fills for this hub checkpoint (None: a local directory)."""
-        if self.source == "toy":
-            return toy_hub_cache(self.results)
-        if self.source == "hub":
-            return f"{self.results}/weights/{self.name}/{revision}"
-        return None
-
-    def pretrained_source(self, revision: str, cache_dir: str | None = None) -> tuple[str, dict]:
-        """(target, kwargs) for `from_pretrained(target, **kwargs)` to load `revision` offline:
-        jobs never download weights (toy, local and fetched hub checkpoints are on disk).
-        A local model's revision is a directory; a hub/toy model is its id at `revision` in
-        its hub cache (`cache_dir` overrides it, e.g. the copy fetched for a best revision)."""
-        if self.source == "local":
-            return str(Path(self.id) / revision), dict(local_files_only=True)
-        return self.id, dict(revision=revision, cache_dir=cache_dir or self.cache_dir(revision), local_files_only=True)
-
-    def step(self, revision: str) -> int:
-        if revision not in self.revisions:
-            raise ValueError(
-                f"model {self.name}: revision {revision!r} is not one of its revisions ({', '.join(self.revisions)}); "
-                "a table naming it (e.g. best_final.csv) was edited or made from another config: delete it and rerun"
-            )
-        return self.steps[self.revisions.index(revision)]
-
-    @property
-    def final_revision(self) -> str:
-        return self.revisions[self.steps.index(max(self.steps))]
-
-    @property
-    def size(self) -> tuple[int, int, str]:
-        """Sort key by size: non-embedding parameters (n_params when the config gives it, else
-        12 L d^2 with L = num_layers, or a guessed max(6, d/64)), then d, then the name.
-        Pythia's 1b and 1.4b share d = 2048 and differ by depth (16 vs 24 blocks)."""
-        d = self.hidden_size
-        blocks = self.n_params or int(12 * (self.num_layers or max(6, d / 64)) * d * d)
-        return (blocks, d, self.name)
-
-
-@dataclass(frozen=True)
-class Plan:
-    """The validated config (defaults filled) and the models it names."""
-
-    config: dict
-    models: dict[str, ModelEntry]
-    # each model as it is trained (toy suite): its revisions before `select` cut them, so
-    # that training depends only on what it trains, not on which revisions a slice reads
-    trained: dict[str, ModelEntry] | None = None
-
-    @property
-    def run(self) -> str:
-        return self.config["run"]
-
-    @property
-    def results(self) -> str:
-        """Where this run's outputs go; logs go to logs/<run>."""
-        return f"results/{self.run}"
-
-    def checkpoints(self) -> list[tuple[str, str]]:
-        """Every (model, revision) pair, suite by suite, in training order."""
-        return [(m.name, r) for m in self.models.values() for r in m.revisions]
-
-
-def toy_hub_cache(results: str) -> str:
-    """The hub cache the toy suite's checkpoints are published to (rule train_toy_model)."""
-    return f"{results}/toy/hub"
 
 
 def operational_keys(schema: dict, prefix: tuple = ()) -> list[tuple[str, ...]]:
@@ -182,21 +73,6 @@ def result_config(config: dict, schema: dict) -> dict:
             section = section.get(part, {})
         section.pop(key[-1], None)
     return config
-
-
-def check_path_name(key: str, name, what: str = "name") -> str:
-    """`name` if it is safe as one path component (PATH_NAME_PATTERN), else ConfigError at `key`.
-
-    Names of suites, models, revisions, tokenizers, corpora and metrics become directories
-    and file names under results/ and logs/: `../x` or `/abs` would write outside them.
-    """
-    if not isinstance(name, str) or not _PATH_NAME.fullmatch(name):
-        raise ConfigError(
-            key,
-            f"{what} {name!r} cannot be a path component (it becomes a directory or file name under results/)",
-            "use 1-200 letters, digits, '.', '_' or '-', starting with a letter or digit (no '/', '..' or absolute path)",
-        )
-    return name
 
 
 def config_sha256(config: dict) -> str:
@@ -415,36 +291,6 @@ def _step_regex_suggestion(names: list[str], step_regex: str) -> str:
     return ""
 
 
-CONTEXT_FIELDS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
-
-
-def context_length(model_config: dict) -> tuple[str, int] | None:
-    """(field, positions) of the longest context a model's config.json (as a dict) states,
-    looked for in its text config first (multimodal configs nest it); None if it states none
-    (e.g. rotary-only models that set no limit)."""
-    for config in (model_config.get("text_config") or {}, model_config):
-        for field in CONTEXT_FIELDS:
-            value = config.get(field)
-            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-                return field, value
-    return None
-
-
-def check_context(seq_len: int, model_config: dict, where: str, key: str = "sample.seq_len") -> None:
-    """ConfigError at `key` when sequences of `seq_len` tokens exceed the context the model's
-    config states: positions past it are extrapolated (rotary) or wrapped, so the losses
-    would be wrong without any error (`where` names the model and its config file)."""
-    found = context_length(model_config)
-    if found and seq_len > found[1]:
-        field, positions = found
-        raise ConfigError(
-            key,
-            f"{seq_len} tokens per sequence exceed the context of {where} ({field}={positions}); "
-            "positions past it would give wrong losses, without an error",
-            f"set {key} to at most {positions}",
-        )
-
-
 def _check_local_weights(directory: Path, allow_pickle: bool, key: str) -> None:
     if not directory.is_dir():
         raise ConfigError(key, f"local model directory {directory} does not exist", "fix the path or build it first")
@@ -638,8 +484,7 @@ def _check_evaluation(evaluation: dict, models: dict[str, ModelEntry]) -> None:
 
 
 def _check_bottleneck(config: dict) -> None:
-    from lmsat.bottleneck import learning_rates, set_corpora
-    from lmsat.headcache import n_windows, windows_per_shard
+    from lmsat.bottleneck import learning_rates, n_windows, set_corpora, windows_per_shard
 
     bottleneck = config["bottleneck"]
     if not bottleneck["models"]:

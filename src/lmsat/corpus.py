@@ -13,6 +13,7 @@ import hashlib
 import json
 import logging
 import math
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,13 +21,13 @@ from pathlib import Path
 import h5py
 import numpy as np
 
+from lmsat.errors import CorpusError, StagingMissing
 from lmsat.io import atomic_path
 
 log = logging.getLogger(__name__)
 
-
-class CorpusError(ValueError):
-    """A corpus that cannot give what the config asks of it."""
+# The last line of a staged corpus (lmsat.staging.stage_corpus): {"lmsat_staged": {...}}.
+FOOTER_KEY = "lmsat_staged"
 
 
 def corpus_inputs(spec: dict) -> list[str]:
@@ -89,30 +90,51 @@ def _read_text_file(path: str, text_field: str, name: str = "corpus", limit: int
 
 
 def iter_documents(spec: dict, name: str = "corpus", policy=None, sleep=time.sleep) -> Iterator[str]:
-    """Documents of a corpus, in a fixed order. `policy` (lmsat.fetch.RetryPolicy): how a
-    hub dataset retries transient faults (`_hf_documents`). A spec with `staged` (set by the
+    """Documents of a corpus, in a fixed order. `policy` (lmsat.retry.RetryPolicy): how a
+    hub dataset retries transient faults (`hf_documents`). A spec with `staged` (set by the
     workflow for hub datasets) reads the prefix a staging job wrote there instead
-    (lmsat.staging), the same documents in the same order, without network."""
+    (`staged_documents`), the same documents in the same order, without network."""
     if spec.get("staged"):
-        from lmsat.staging import staged_documents
-
         yield from staged_documents(spec["staged"], name)
         return
     if spec["type"] == "hf":
-        yield from _hf_documents(spec, name, policy, sleep)
+        yield from hf_documents(spec, name, policy, sleep)
         return
     for path in corpus_inputs(spec):
         yield from _read_text_file(path, spec["text_field"], name, spec.get("max_document_bytes", MAX_DOCUMENT_BYTES))
 
 
-def _hf_documents(spec: dict, name: str, policy, sleep) -> Iterator[str]:
+def staged_documents(path, name: str):
+    """Documents of staged corpus `name` (from lmsat.staging.stage_corpus), in stream order. Reading past
+    the end of a cut prefix raises: the job would otherwise see a shorter corpus."""
+    if not os.path.exists(path):
+        raise StagingMissing(f"corpus {name}", path, "stage_corpus")
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, 1):
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise CorpusError(f"staged corpus {path}:{number} is not JSON ({error}); delete it and rerun staging")
+            if FOOTER_KEY in row:
+                footer = row[FOOTER_KEY]
+                if footer["complete"]:
+                    return
+                raise CorpusError(
+                    f"corpus {name}: a job read past the {footer['documents']} documents staged in {path}, "
+                    f"more than staging planned for ({footer['consumers']}); delete {path} and rerun staging"
+                )
+            yield row["text"]
+    raise CorpusError(f"staged corpus {path} has no end marker (cut short?); delete it and rerun staging")
+
+
+def hf_documents(spec: dict, name: str, policy, sleep) -> Iterator[str]:
     """Texts of a `datasets` split. A transient fault (connection, timeout, 5xx) while
     loading or streaming it is retried with backoff: the split is opened again and the
     rows already read are skipped, so the documents come out once each, in order. The
     count of tries starts again whenever rows were read since the last fault."""
     import datasets
 
-    from lmsat.fetch import RetryPolicy, is_transient, retry_wait
+    from lmsat.retry import RetryPolicy, is_transient, retry_wait
 
     policy = policy or RetryPolicy()
     done, failures, done_at_failure = 0, 0, -1

@@ -262,7 +262,7 @@ def located_tasks(include_path):
         yield (located[0] if isinstance(include_path, (str, os.PathLike)) else located), written
 
 
-def _task_manager(tasks: list[str], include_path):
+def task_manager(tasks: list[str], include_path):
     """A TaskManager that knows `tasks`; skips indexing lm-eval's ~15k built-in YAMLs (~10 s)
     when include_path alone defines them all."""
     from lm_eval.tasks import TaskManager
@@ -306,7 +306,7 @@ def manual_download_missing(tasks: list[str], task_manager) -> dict[str, str]:
     return missing
 
 
-def _check_tasks(tasks: list[str], task_manager) -> None:
+def check_tasks(tasks: list[str], task_manager) -> None:
     unknown = [task for task in tasks if task not in task_manager.all_tasks]
     if unknown:
         raise ValueError(
@@ -469,8 +469,8 @@ def _run_lmeval(model_name_or_path, revision, tasks, *, batch_size, limit, devic
     from lm_eval.models.huggingface import HFLM
     from lm_eval.utils import handle_non_serializable
 
-    task_manager = _task_manager(tasks, include_path)
-    _check_tasks(tasks, task_manager)
+    manager = task_manager(tasks, include_path)
+    check_tasks(tasks, manager)
 
     # Loaded here, not by HFLM(pretrained=<name>): HFLM forwards cache_dir/local_files_only to
     # the model only, not to its AutoConfig/AutoTokenizer calls, so a private hub cache (the
@@ -479,13 +479,13 @@ def _run_lmeval(model_name_or_path, revision, tasks, *, batch_size, limit, devic
         model_name_or_path, revision, tokenizer,
         cache_dir=cache_dir, local_files_only=local_files_only, dtype=dtype, device=device,
     )
-    describe = lambda: _task_data(tasks, task_manager)  # noqa: E731 (only when an error is raised)
+    describe = lambda: _task_data(tasks, manager)  # noqa: E731 (only when an error is raised)
     lm = _checked_lm(HFLM, describe)(pretrained=model, tokenizer=tokenizer, revision=revision, batch_size=batch_size)
     try:
         # lm-eval draws tqdm bars on stderr (requests done, rate, time left): into the job's
         # log, one line a minute (lmsat.progress.ThrottledLog)
         with contextlib.redirect_stderr(ThrottledLog(log)):
-            results = _simple_evaluate(lm, tasks, num_fewshot, batch_size, device, limit, bootstrap_iters, task_manager)
+            results = _simple_evaluate(lm, tasks, num_fewshot, batch_size, device, limit, bootstrap_iters, manager)
     except AssertionError as error:  # lm-eval's sanity checks carry no message
         raise EmptyRequestError(
             f"lm-eval stopped on an assertion ({error!r}) while scoring task(s) {describe()} of "

@@ -44,7 +44,11 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from lmsat.corpus import CorpusError, tokens_sha256
+from lmsat.bottleneck import n_windows
+from lmsat.bottleneck import shard_count as shard_count  # the workflow's count of shard files
+from lmsat.bottleneck import windows_per_shard as windows_per_shard
+from lmsat.corpus import tokens_sha256
+from lmsat.errors import CorpusError
 from lmsat.integrity import CHECKSUM_ATTR, IntegrityError, hdf5_checksums, verify_hdf5
 from lmsat.io import atomic_path, library_versions
 from lmsat.progress import Progress
@@ -62,20 +66,6 @@ class CacheSettings:
     dtype: str = "float32"  # forward dtype
     storage_dtype: str = "float16"  # dtype of the stored hidden states
     check_atol: float = 1e-3  # tolerance of the check that head(hidden) gives the logits
-
-
-def n_windows(n_tokens: int, seq_len: int) -> int:
-    """Windows of a set of `n_tokens` tokens (rounded up to whole windows, as the eval sample)."""
-    return math.ceil(n_tokens / seq_len)
-
-
-def windows_per_shard(shard_tokens: int, seq_len: int) -> int:
-    return max(1, shard_tokens // seq_len)
-
-
-def shard_count(n_tokens: int, seq_len: int, shard_tokens: int) -> int:
-    """Shards of a set; the workflow declares this many files per set at DAG time."""
-    return math.ceil(n_windows(n_tokens, seq_len) / windows_per_shard(shard_tokens, seq_len))
 
 
 def overlapping_windows(n_pool_windows: int, seq_len: int, ranges) -> np.ndarray:

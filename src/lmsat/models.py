@@ -13,8 +13,8 @@ from __future__ import annotations
 import logging
 import os
 
-from lmsat.checkpoints import ModelLoadError
-from lmsat.config import ModelEntry, check_context
+from lmsat.errors import ConfigError, FetchError, ModelLoadError, StagingMissing
+from lmsat.plan import ModelEntry
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +121,36 @@ def load_causal_lm(model: ModelEntry, revision: str, *, dtype: str = "float32", 
     return lm.to(device).eval()
 
 
+CONTEXT_FIELDS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
+
+
+def context_length(model_config: dict) -> tuple[str, int] | None:
+    """(field, positions) of the longest context a model's config.json (as a dict) states,
+    looked for in its text config first (multimodal configs nest it); None if it states none
+    (e.g. rotary-only models that set no limit)."""
+    for config in (model_config.get("text_config") or {}, model_config):
+        for field in CONTEXT_FIELDS:
+            value = config.get(field)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return field, value
+    return None
+
+
+def check_context(seq_len: int, model_config: dict, where: str, key: str = "sample.seq_len") -> None:
+    """ConfigError at `key` when sequences of `seq_len` tokens exceed the context the model's
+    config states: positions past it are extrapolated (rotary) or wrapped, so the losses
+    would be wrong without any error (`where` names the model and its config file)."""
+    found = context_length(model_config)
+    if found and seq_len > found[1]:
+        field, positions = found
+        raise ConfigError(
+            key,
+            f"{seq_len} tokens per sequence exceed the context of {where} ({field}={positions}); "
+            "positions past it would give wrong losses, without an error",
+            f"set {key} to at most {positions}",
+        )
+
+
 def check_sequence_length(lm, model: ModelEntry, revision: str, seq_len: int, key: str = "sample.seq_len") -> None:
     """ConfigError at `key` before any forward when sequences of `seq_len` tokens exceed the
     context the loaded checkpoint's config states (max_position_embeddings or the like)."""
@@ -146,10 +176,11 @@ def load_tokenizer(spec: dict, name: str, policy=None):
     """The tokenizer `name` of config['tokenizers'] (`spec` is that entry). A spec with `staged`
     (set by the workflow for hub tokenizers) loads the directory rule stage_tokenizer wrote
     (lmsat.staging); otherwise a hub tokenizer is downloaded here, transient hub faults
-    retried with backoff (`policy`, a lmsat.fetch.RetryPolicy; default: its defaults)."""
+    retried with backoff (`policy`, a lmsat.retry.RetryPolicy; default: its defaults)."""
     from transformers import AutoTokenizer
 
-    from lmsat.fetch import FetchError, RetryPolicy, gated_fix, require_token, with_backoff
+    from lmsat.fetch import gated_fix, require_token
+    from lmsat.retry import RetryPolicy, with_backoff
 
     if spec["source"] == "hub" and spec.get("gated"):
         try:
@@ -157,8 +188,6 @@ def load_tokenizer(spec: dict, name: str, policy=None):
         except FetchError as error:
             raise ModelLoadError(str(error)) from None
     if spec.get("staged"):
-        from lmsat.staging import StagingMissing
-
         if not os.path.isdir(spec["staged"]):
             raise StagingMissing(f"tokenizer {name} ({spec['id']})", spec["staged"], "stage_tokenizer")
         target, kwargs = spec["staged"], dict(local_files_only=True)

@@ -5,7 +5,7 @@ when they are imported, so this module (which imports nothing heavy) must come b
 Everything a compute job reads from the hub or a dataset server was put on disk by a staging
 rule (workflow/rules/staging.smk: checkpoints, tokenizers, corpus prefixes, lm-eval task
 data); a job whose staged file is missing then fails in seconds naming that file, instead
-of timing out on a node without internet (lmsat.staging.StagingMissing).
+of timing out on a node without internet (lmsat.errors.StagingMissing).
 """
 
 import os

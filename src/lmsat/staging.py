@@ -32,6 +32,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from lmsat.corpus import FOOTER_KEY, hf_documents
+from lmsat.errors import STAGING_HINT, CorpusError, ModelLoadError
+from lmsat.errors import StagingMissing as StagingMissing  # raised by the readers of what staging writes
 from lmsat.io import atomic_path, write_json
 
 log = logging.getLogger(__name__)
@@ -39,8 +42,7 @@ log = logging.getLogger(__name__)
 # lmsat.ngram_werror.corpus_token_chunks tokenizes 256 documents at a time, so it pulls up to
 # 255 documents past the one that fills its budget.
 READ_AHEAD_DOCUMENTS = 256
-FOOTER_KEY = "lmsat_staged"
-HINT = "run the staging rules first (see docs/cluster.md, 'Compute nodes without internet')"
+HINT = STAGING_HINT
 
 # The rules whose jobs reach the network (workflow/rules/fetch.smk, staging.smk); every other
 # job imports lmsat.offline. The workflow makes them local rules where staging_on says so, and
@@ -52,16 +54,6 @@ STAGING_RULES = (
     "stage_corpus",
     "stage_lmeval_task",
 )
-
-
-class StagingMissing(FileNotFoundError):
-    """A compute job needs a staged file that is not there (staging was skipped)."""
-
-    def __init__(self, what: str, path, rule: str):
-        super().__init__(
-            f"{what}: staged file {path} is missing, and compute jobs run offline; {HINT}: "
-            f"`snakemake stage_all` where the network is reachable (rule {rule}), then rerun"
-        )
 
 
 def needs_staging_tokenizer(spec: dict) -> bool:
@@ -80,8 +72,7 @@ def stage_tokenizer(spec: dict, name: str, directory, policy=None) -> Path:
     `from_pretrained(id, revision=...)` with backoff, and save it into `directory`."""
     from transformers import AutoTokenizer
 
-    from lmsat.fetch import RetryPolicy, with_backoff
-    from lmsat.models import ModelLoadError
+    from lmsat.retry import RetryPolicy, with_backoff
 
     try:
         tokenizer = with_backoff(
@@ -126,8 +117,6 @@ def stage_corpus(spec: dict, name: str, consumers: list[dict], tokenizers: dict,
     """Stream hub corpus `name` (config['corpora'] entry `spec`) and write the prefix its
     `consumers` (CorpusConsumer fields) read to `path`. tokenizers: name -> tokenizer.
     Returns the footer: documents written, whether the split ended, tokens per consumer."""
-    from lmsat.corpus import CorpusError, _hf_documents
-
     consumers = [CorpusConsumer(**c) for c in consumers]
     if not consumers:
         raise CorpusError(f"corpus {name}: no job reads it, so there is nothing to stage")
@@ -136,7 +125,7 @@ def stage_corpus(spec: dict, name: str, consumers: list[dict], tokenizers: dict,
     eos_extra = 1  # every document is followed by end-of-text
     written, extra, complete = 0, None, True
     with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as out:
-        for text in _hf_documents(spec, name, policy, sleep=time.sleep):
+        for text in hf_documents(spec, name, policy, sleep=time.sleep):
             out.write(json.dumps({"text": text}, ensure_ascii=False) + "\n")
             written += 1
             if extra is not None:
@@ -169,31 +158,6 @@ def stage_corpus(spec: dict, name: str, consumers: list[dict], tokenizers: dict,
     return footer
 
 
-def staged_documents(path, name: str):
-    """Documents of staged corpus `name` (from `stage_corpus`), in stream order. Reading past
-    the end of a cut prefix raises: the job would otherwise see a shorter corpus."""
-    from lmsat.corpus import CorpusError
-
-    if not os.path.exists(path):
-        raise StagingMissing(f"corpus {name}", path, "stage_corpus")
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise CorpusError(f"staged corpus {path}:{number} is not JSON ({error}); delete it and rerun staging")
-            if FOOTER_KEY in row:
-                footer = row[FOOTER_KEY]
-                if footer["complete"]:
-                    return
-                raise CorpusError(
-                    f"corpus {name}: a job read past the {footer['documents']} documents staged in {path}, "
-                    f"more than staging planned for ({footer['consumers']}); delete {path} and rerun staging"
-                )
-            yield row["text"]
-    raise CorpusError(f"staged corpus {path} has no end marker (cut short?); delete it and rerun staging")
-
-
 # ---------------------------------------------------------------- lm-eval tasks
 
 
@@ -204,7 +168,7 @@ def stage_lmeval_task(task: str, datasets_cache, manifest, include_path=None) ->
     import datasets
     from lm_eval.tasks import get_task_dict
 
-    from lmsat.evaluation import _check_tasks, _task_manager, located_tasks
+    from lmsat.evaluation import check_tasks, located_tasks, task_manager
 
     cache = Path(datasets.config.HF_DATASETS_CACHE).resolve()
     if cache != Path(datasets_cache).resolve():
@@ -213,9 +177,9 @@ def stage_lmeval_task(task: str, datasets_cache, manifest, include_path=None) ->
             "before importing datasets (workflow/scripts/stage_lmeval_task.py does)"
         )
     with located_tasks(include_path) as (located, _):  # lmsat's task YAMLs name their data relative to themselves
-        task_manager = _task_manager([task], located)
-        _check_tasks([task], task_manager)
-        loaded = get_task_dict([task], task_manager)
+        manager = task_manager([task], located)
+        check_tasks([task], manager)
+        loaded = get_task_dict([task], manager)
 
     def leaves(tree):
         for key, value in tree.items():

@@ -42,7 +42,7 @@ from lmsat.config import (
 from lmsat.corpus import corpus_inputs
 from lmsat.evaluation import OFFLINE_TASKS, STORYCLOZE_2016_FILES
 from lmsat.fetch import checkpoint_disk_mb, estimated_parameters
-from lmsat.headcache import shard_count
+from lmsat.bottleneck import shard_count  # the head cache's shard files
 from lmsat.integrity import selected_revision as checked_selection
 from lmsat.hub import repo_dir
 from lmsat.figures import FIGURES

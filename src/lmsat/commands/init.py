@@ -24,7 +24,9 @@ from pathlib import Path
 import yaml
 
 from lmsat import rundir
-from lmsat.config import PATH_NAME_PATTERN, ConfigError, load_plan, load_yaml
+from lmsat.config import load_plan, load_yaml
+from lmsat.errors import ConfigError
+from lmsat.names import PATH_NAME_PATTERN
 
 REPO = Path(__file__).resolve().parents[3]  # src/lmsat/commands/init.py -> the repository
 SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
@@ -62,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def path_name(name: str) -> str:
-    """`name` as a safe path component (lmsat.config.PATH_NAME_PATTERN)."""
+    """`name` as a safe path component (lmsat.names.PATH_NAME_PATTERN)."""
     safe = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-._")[:200] or "run"
     if not re.fullmatch(PATH_NAME_PATTERN, safe):
         safe = "run-" + safe
@@ -185,7 +187,7 @@ def build_config(args: argparse.Namespace) -> tuple[dict, dict]:
     for path in args.text:
         if not path.is_file():
             raise InitError(f"--text {path}: no such file")
-    from lmsat.config import context_length
+    from lmsat.models import context_length
 
     contexts = [context_length(rundir.read_config(Path(m["id"]) / notes["folders"][m["name"]][-1][0])) for m in models]
     context = min([found[1] for found in contexts if found] or [MAX_SEQ_LEN])

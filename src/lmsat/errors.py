@@ -1,0 +1,46 @@
+"""The exceptions that several layers raise and catch, in a leaf that imports nothing.
+
+Each is still importable from the module of its subject (lmsat.config.ConfigError,
+lmsat.corpus.CorpusError, lmsat.fetch.FetchError, lmsat.models.ModelLoadError,
+lmsat.staging.StagingMissing), so `except lmsat.models.ModelLoadError` keeps working; the
+library itself imports them from here, so that a loader and a staging job can raise each
+other's errors without importing each other (tests/test_layers.py).
+"""
+
+from __future__ import annotations
+
+# How to put a missing staged file in place, in every StagingMissing message.
+STAGING_HINT = "run the staging rules first (see docs/cluster.md, 'Compute nodes without internet')"
+
+
+class ConfigError(ValueError):
+    """A config problem, with the offending key and the fix."""
+
+    def __init__(self, key: str, problem: str, fix: str = ""):
+        self.key = key
+        message = f"config key '{key}': {problem}"
+        if fix:
+            message += f". Fix: {fix}"
+        super().__init__(message)
+
+
+class CorpusError(ValueError):
+    """A corpus that cannot give what the config asks of it."""
+
+
+class FetchError(RuntimeError):
+    """A checkpoint could not be fetched; the message names model, revision and the fix."""
+
+
+class ModelLoadError(RuntimeError):
+    """A checkpoint or tokenizer could not be loaded; the message names model and revision."""
+
+
+class StagingMissing(FileNotFoundError):
+    """A compute job needs a staged file that is not there (staging was skipped)."""
+
+    def __init__(self, what: str, path, rule: str):
+        super().__init__(
+            f"{what}: staged file {path} is missing, and compute jobs run offline; {STAGING_HINT}: "
+            f"`snakemake stage_all` where the network is reachable (rule {rule}), then rerun"
+        )
