@@ -49,11 +49,7 @@ from lmsat.figures import FIGURES
 from lmsat.fingerprint import FETCHED_MARKER, changed_files, weights_fingerprint
 from lmsat.io import read_json
 from lmsat.metrics import METRICS, table_metric
-from lmsat.staging import (
-    STAGING_RULES,
-    needs_staging_corpus,
-    needs_staging_tokenizer,
-)
+from lmsat.staging import needs_staging_corpus, needs_staging_tokenizer
 
 if Path(sys.modules["lmsat"].__file__ or ".").resolve().parent != LMSAT_SRC / "lmsat":
     raise WorkflowError(  # e.g. an import hook of the environment handed out another one
@@ -309,14 +305,9 @@ def final_model_params(wildcards):
     return model_at(wildcards.model, MODELS[wildcards.model].final_revision)
 
 
-# ---------------------------------------------------------------- staging (staging.smk)
-# Jobs of lmsat.staging.STAGING_RULES are the only ones that reach the network; every other
-# job imports lmsat.offline and reads what they staged. The profile decides where they run.
-STAGED_DATASETS = f"results/{RUN}/staged/datasets"
-HUB_TOKENIZERS = [
-    n for n, s in CONFIG["tokenizers"].items() if needs_staging_tokenizer(s)
-]
-HUB_CORPORA = [n for n, s in CONFIG["corpora"].items() if needs_staging_corpus(s)]
+# ---------------------------------------------------------------- tokenizers and corpora
+# As the jobs of every stage see them: a hub tokenizer or dataset points at its staged copy
+# (staging.smk; its jobs are the only ones besides the fetches that reach the network).
 
 
 def tokenizer_spec(name):
@@ -350,75 +341,12 @@ def corpus_files(name):
     return corpus_inputs(spec) + ([spec["staged"]] if "staged" in spec else [])
 
 
-def corpus_consumers(corpus):
-    """Every job kind that reads hub corpus `corpus`, with its tokenizer and how far it reads
-    (lmsat.staging.CorpusConsumer): what stage_corpus must stage. Mirrors the budgets of
-    lmsat.corpus.build_sample, count_corpus_ngrams and build_head_cache."""
-    spec, sample = CONFIG["corpora"][corpus], CONFIG["sample"]
-    cap = spec["max_documents"]
-    consumers = []
-    if corpus == sample["corpus"]:
-        consumers += [
-            dict(
-                job="sample_eval_tokens",
-                tokenizer=tokenizer,
-                tokens=sample["pool_factor"] * sample["n_tokens"],
-                documents=cap,
-            )
-            for tokenizer in sorted({m.tokenizer for m in MODELS.values()})
-        ]
-    if corpus in NGRAM_CORPORA:
-        consumers += [
-            dict(job="count_corpus_ngrams", tokenizer=t, tokens=NGRAMS["max_tokens"])
-            for t in NGRAM_TOKENIZERS
-        ]
-    if BOTTLENECK["models"] and corpus in HEAD_SET_CORPORA.values():
-        sizes = {"train": BOTTLENECK["train_tokens"], "eval": BOTTLENECK["eval_tokens"]}
-        wanted = sum(sizes[s] for s, c in HEAD_SET_CORPORA.items() if c == corpus)
-        n_pool = BOTTLENECK["pool_factor"] * wanted
-        if corpus == sample["corpus"]:  # the eval sample's windows are kept out
-            n_pool += -(-sample["n_tokens"] // sample["seq_len"]) * sample["seq_len"]
-        consumers += [
-            dict(
-                job="build_head_cache",
-                tokenizer=MODELS[m].tokenizer,
-                tokens=n_pool,
-                documents=cap,
-            )
-            for m in BOTTLENECK["models"]
-        ]
-    return consumers
-
-
-def corpus_consumer_tokenizers(wildcards):
-    """Tokenizer files of every job that reads corpus `wildcards.corpus` (stage_corpus)."""
-    names = sorted({c["tokenizer"] for c in corpus_consumers(wildcards.corpus)})
-    return [path for name in names for path in tokenizer_inputs(name)]
-
-
 def lmeval_task_staged(task):
     """The staging manifest of an lm-eval task whose datasets come from the hub (none for the
     task YAMLs the pipeline writes from local files)."""
     if task_files(task) or task == "storycloze_2016":
         return []
     return f"results/{RUN}/staged/lmeval/{task}.json"
-
-
-def staging_targets(wildcards):
-    """The staged tokenizers, corpora and lm-eval task data of the plan (rule stage_all);
-    checkpoints are fetched as their readers need them (fetch.smk)."""
-    tokenizers = {m.tokenizer for m in MODELS.values()}
-    corpora = {CONFIG["sample"]["corpus"]}
-    if NGRAM_CORPORA:
-        tokenizers |= set(NGRAM_TOKENIZERS)
-        corpora |= set(NGRAM_CORPORA)
-    if BOTTLENECK["models"]:
-        corpora |= set(HEAD_SET_CORPORA.values())
-    return (
-        [p for t in sorted(tokenizers) for p in tokenizer_inputs(t) if "staged" in p]
-        + [p for c in sorted(corpora) for p in corpus_files(c) if "staged" in p]
-        + [lmeval_task_staged(t) for t in EVALUATION["tasks"] if lmeval_task_staged(t)]
-    )
 
 
 def model_tokenizer(model):
