@@ -41,7 +41,7 @@ from lmsat.config import (
 )
 from lmsat.corpus import corpus_inputs
 from lmsat.evaluation import OFFLINE_TASKS, STORYCLOZE_2016_FILES
-from lmsat.fetch import checkpoint_disk_mb, estimated_parameters
+from lmsat.fetch import estimated_parameters
 from lmsat.headcache import shard_count
 from lmsat.integrity import selected_revision as checked_selection
 from lmsat.hub import repo_dir
@@ -110,11 +110,6 @@ MODELS = PLAN.models
 TOY_LANGUAGE = f"results/{RUN}/toy/language.h5"
 TOY_TOKENIZER = f"results/{RUN}/toy/tokenizer/tokenizer.json"
 FETCH = CONFIG["fetch"]
-HUB_MODELS = [name for name, m in MODELS.items() if m.source == "hub"]
-CHECKPOINT_DISK_MB = {
-    name: checkpoint_disk_mb(MODELS[name], FETCH["bytes_per_param"])
-    for name in HUB_MODELS
-}
 # The analysis sections, validated and cross-checked by load_plan (lmsat.config).
 EVALUATION = CONFIG["evaluation"]
 # in the plan's order (by size): Table 1's rows follow its records
@@ -192,11 +187,6 @@ def sample_of_model(wildcards):
     return f"results/{RUN}/samples/{corpus}/{tokenizer}.h5"
 
 
-def fetched_checkpoint(path):
-    """The fetch rule's output; temp() so that Snakemake deletes it after its last consumer."""
-    return temp(directory(path)) if FETCH["remove_after_use"] else directory(path)
-
-
 def tracked_weights(model, revision):
     """The directory of `revision` of `model` if the pipeline did not make it: a local
     checkpoint, or a hub cache staged by hand (no FETCHED_MARKER in it, or no longer there
@@ -217,16 +207,6 @@ def tracked_weights(model, revision):
 
 def weights_record(model, revision):
     return f"results/{RUN}/weights/records/{model}/{revision}.json"
-
-
-def recorded_fingerprint(wildcards):
-    """Fingerprint of a tracked checkpoint (lmsat.fingerprint), a param of record_weights:
-    changed files change it, which reruns the record and so every job that read them. A hub
-    cache staged by hand and removed after use keeps its recorded fingerprint."""
-    directory = tracked_weights(wildcards.model, wildcards.revision)
-    if Path(directory).is_dir():
-        return weights_fingerprint(directory)
-    return read_json(weights_record(wildcards.model, wildcards.revision))["fingerprint"]
 
 
 def weights_of(model, revision):

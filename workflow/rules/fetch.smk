@@ -1,10 +1,23 @@
 # Hub checkpoints: one job per (hub model, revision) downloads its files into a hub cache of
 # its own, results/weights/{model}/{revision}, from which every job that loads it reads
-# offline (input function checkpoint_weights). Transient hub faults are retried inside the
+# offline (common.smk: weights_of). Transient hub faults are retried inside the
 # job with backoff (lmsat.fetch), and the job itself is restarted `fetch.retries` times. With
 # fetch.remove_after_use the files are temp(): deleted once no pending job needs them; a
 # fetch that would leave less than fetch.min_free_mb free waits for such deletions, so
 # fetching cannot run ahead of the jobs that read the checkpoints until the disk is full.
+from lmsat.fetch import checkpoint_disk_mb
+
+HUB_MODELS = [name for name, m in MODELS.items() if m.source == "hub"]
+# disk a checkpoint's download needs, for fetch_checkpoint's disk_mb
+CHECKPOINT_DISK_MB = {
+    name: checkpoint_disk_mb(MODELS[name], FETCH["bytes_per_param"])
+    for name in HUB_MODELS
+}
+
+
+def fetched_checkpoint(path):
+    """The fetch rule's output; temp() so that Snakemake deletes it after its last consumer."""
+    return temp(directory(path)) if FETCH["remove_after_use"] else directory(path)
 
 
 rule fetch_checkpoint:
@@ -49,6 +62,16 @@ localrules:
     record_weights,
 
 
+def get_recorded_fingerprint(wildcards):
+    """Fingerprint of a tracked checkpoint (lmsat.fingerprint), a param of record_weights:
+    changed files change it, which reruns the record and so every job that read them. A hub
+    cache staged by hand and removed after use keeps its recorded fingerprint."""
+    directory = tracked_weights(wildcards.model, wildcards.revision)
+    if Path(directory).is_dir():
+        return weights_fingerprint(directory)
+    return read_json(weights_record(wildcards.model, wildcards.revision))["fingerprint"]
+
+
 rule record_weights:
     output:
         "results/{run}/weights/records/{model}/{revision}.json",
@@ -58,6 +81,6 @@ rule record_weights:
         "../../envs/lmsat.yaml"
     params:
         directory=lambda wildcards: tracked_weights(wildcards.model, wildcards.revision),
-        fingerprint=recorded_fingerprint,
+        fingerprint=get_recorded_fingerprint,
     script:
         "../scripts/record_weights.py"
