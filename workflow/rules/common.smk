@@ -252,10 +252,6 @@ if workflow.is_main_process:  # not again in every job's own parse of the workfl
     check_toy_hub()
 
 
-def checkpoint_weights(wildcards):
-    return weights_of(wildcards.model, wildcards.revision)
-
-
 def final_checkpoint_weights(wildcards):
     return weights_of(wildcards.model, MODELS[wildcards.model].final_revision)
 
@@ -266,12 +262,6 @@ def model_at(model, revision):
     revisions it already had."""
     entry = MODELS[model]
     return asdict(replace(entry, revisions=(revision,), steps=(entry.step(revision),)))
-
-
-def trained_model_params(wildcards):
-    """The toy model's entry as it is trained (PLAN.trained): every revision of its
-    schedule, whichever ones a slice selects, so a selection never retrains it."""
-    return asdict(PLAN.trained[wildcards.model])
 
 
 def model_params(wildcards):
@@ -334,35 +324,12 @@ def model_tokenizer(model):
     return tokenizer_spec(MODELS[model].tokenizer)
 
 
-def tokenizer_files(wildcards):
-    """The toy tokenizer is built by the pipeline; a hub one is staged (tokenizer_inputs)."""
-    return tokenizer_inputs(MODELS[wildcards.model].tokenizer)
-
-
 def model_mem_mb(model, base_mb, attempt):
     """Memory of a job that loads `model`: the model in float32 (4 bytes a parameter, +20%)
     beside the job's own `base_mb`; a retry after an OOM asks for `attempt` times that.
     """
     weights_mb = 4 * estimated_parameters(MODELS[model]) / 1e6
     return int((base_mb + 1.2 * weights_mb) * attempt)
-
-
-def checkpoint_job_mem_mb(model, base_mb, attempt):
-    """Host memory of rule analyse_checkpoint beside its own `base_mb`. It loads the
-    checkpoint in its stored dtype (2 bytes a parameter for float16/bfloat16 checkpoints
-    like Pythia's) straight onto its device: on a GPU the host holds no copy of the weights
-    (memory-mapped files; a quarter of them as margin for a shard in flight), on the CPU the
-    model in the wider of the stored and forward dtypes (+20%). Float32 checkpoints on
-    the CPU need more: a retry after an OOM asks for `attempt` times this.
-    """
-    forward_bytes = 4 if CONFIG["extraction"]["dtype"] == "float32" else 2
-    if CONFIG["device"] == "cuda":
-        weights_mb = 0.25 * 2 * estimated_parameters(MODELS[model]) / 1e6
-    else:
-        weights_mb = (
-            1.2 * max(2, forward_bytes) * estimated_parameters(MODELS[model]) / 1e6
-        )
-    return int((base_mb + weights_mb) * attempt)
 
 
 def checkpoint_record(wildcards):

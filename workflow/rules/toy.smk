@@ -25,6 +25,12 @@ rule build_synthetic_language:
         "../scripts/build_synthetic_language.py"
 
 
+def get_trained_model_params(wildcards):
+    """The toy model's entry as it is trained (PLAN.trained): every revision of its
+    schedule, whichever ones a slice selects, so a selection never retrains it."""
+    return asdict(PLAN.trained[wildcards.model])
+
+
 rule train_toy_model:
     input:
         train="results/{run}/corpora/synthetic/train.txt",
@@ -41,7 +47,7 @@ rule train_toy_model:
         mem_mb=2000,
         runtime=30,
     params:
-        model=trained_model_params,
+        model=get_trained_model_params,
         toy=CONFIG["toy"],
         seed=CONFIG["seed"],
     script:
