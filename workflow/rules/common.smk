@@ -40,10 +40,9 @@ from lmsat.config import (
     run_of_config_file,
 )
 from lmsat.corpus import corpus_inputs
-from lmsat.evaluation import OFFLINE_TASKS, STORYCLOZE_2016_FILES
+from lmsat.evaluation import OFFLINE_TASKS
 from lmsat.fetch import estimated_parameters
 from lmsat.headcache import shard_count
-from lmsat.integrity import selected_revision as checked_selection
 from lmsat.hub import repo_dir
 from lmsat.figures import FIGURES
 from lmsat.fingerprint import FETCHED_MARKER, changed_files, weights_fingerprint
@@ -117,7 +116,6 @@ EVALUATED_MODELS = [m for m in MODELS if m in EVALUATION["models"]] or list(MODE
 CHECKPOINT_KINDS = ("best", "final")
 TASK_DIR = f"results/{RUN}/evaluation/tasks"
 SCALING = CONFIG["scaling"]
-SCALED_MODELS = SCALING["models"] or list(MODELS)
 BOTTLENECK = CONFIG["bottleneck"]
 HEAD_LRS = learning_rates(BOTTLENECK)  # path label -> peak learning rate
 HEAD_SET_CORPORA = set_corpora(CONFIG)  # train / eval -> corpus
@@ -171,14 +169,6 @@ wildcard_constraints:
     tokenizer=_alternatives(CONFIG["tokenizers"]),
     kind="|".join(CHECKPOINT_KINDS),
     task=_alternatives(EVALUATION["tasks"]) or "(?!)",
-
-
-def checkpoint_files(pattern, **extra):
-    """`pattern` formatted for every (model, revision) of the plan."""
-    return [
-        pattern.format(run=RUN, model=model, revision=revision, **extra)
-        for model, revision in PLAN.checkpoints()
-    ]
 
 
 def sample_of_model(wildcards):
@@ -349,25 +339,6 @@ def sample_inputs(wildcards):
     return corpus_files(wildcards.corpus) + tokenizer_inputs(wildcards.tokenizer)
 
 
-def metric_files(metric):
-    """The per-checkpoint files of a planned metric, for every checkpoint of the plan."""
-    if METRICS[metric].reads == "weights":
-        return checkpoint_files(WEIGHT_METRIC_FILES[metric])
-    return checkpoint_files(
-        "results/{run}/metrics/{metric}/{model}/{revision}.json", metric=metric
-    )
-
-
-def metric_table_inputs(wildcards):
-    """Rule tabulate_metric: the metric's per-checkpoint files and the tables it needs."""
-    metric = METRICS[METRIC_TABLES[wildcards.table]]
-    needs = metric.tables[wildcards.table].needs
-    return dict(
-        files=metric_files(metric.name),
-        **{name: f"results/{RUN}/tables/{name}.csv" for name in needs},
-    )
-
-
 def metric_figure_inputs(wildcards):
     """Rule plot_metric_figure: the figure's tables (and the synthetic language for the
     entropy rate, when the figure draws it)."""
@@ -431,15 +402,6 @@ def evaluation_outputs():
     ]
 
 
-def selected_revision(model, kind):
-    """Revision of `model` picked as `kind`; the best one is read from the checkpoint output."""
-    if kind == "final":
-        return MODELS[model].final_revision
-    selection = checkpoints.select_checkpoints.get(run=RUN).output[0]
-    loss = f"results/{RUN}/tables/loss.csv"
-    return checked_selection(selection, loss, model, kind, MODELS[model].revisions)
-
-
 def task_files(task):
     """Task YAMLs (and data) the pipeline writes for `task`; none for lm-eval's own tasks."""
     if task in OFFLINE_TASKS:
@@ -447,49 +409,6 @@ def task_files(task):
     if task == "storycloze_2016" and EVALUATION["storycloze_dir"]:
         return [f"{TASK_DIR}/storycloze_2016.yaml"]
     return []
-
-
-def storycloze_files(wildcards):
-    """The manually downloaded Story Cloze 2016 CSVs (checked to exist before the job)."""
-    data_dir = Path(EVALUATION["storycloze_dir"])
-    return [str(data_dir / name) for name in STORYCLOZE_2016_FILES.values()]
-
-
-def evaluation_inputs(wildcards):
-    # Why a checkpoint (select_checkpoints): the best revision is known only once every loss
-    # exists, and it shapes the DAG itself, not only a parameter. When a model's best
-    # checkpoint is its final one (no saturation, as for the larger Pythia models), its "best"
-    # job must not rerun lm-eval on the same weights but depend on the "final" job and copy
-    # its JSON; which of the two a best job is depends on the contents of best_final.csv.
-    # Final revisions come from the config, so a dry run plans every final job directly, and
-    # every best job behind the checkpoint (its revision shown as <TBD>).
-    # The selection is ancient(): best_final.csv is rewritten whenever loss.csv is (any
-    # config change re-stamps loss.csv), but a best job must rerun only when its revision
-    # (a param, so a rerun trigger) or the reused final JSON changes.
-    model = MODELS[wildcards.model]
-    tasks = task_files(wildcards.task)
-    if wildcards.kind == "final":
-        return dict(
-            weights=weights_of(model.name, model.final_revision),
-            tasks=tasks,
-            staged=lmeval_task_staged(wildcards.task),
-        )
-    selection = ancient(checkpoints.select_checkpoints.get(run=RUN).output[0])
-    best = selected_revision(model.name, "best")
-    if best == model.final_revision:
-        final = f"results/{RUN}/evaluation/{model.name}/final/{wildcards.task}.json"
-        return dict(selection=selection, same_as=final)
-    if model.source == "hub" and not tracked_weights(model.name, best):
-        # a copy of its own (rule fetch_best_checkpoint); one staged by hand is read in place
-        weights = f"results/{RUN}/weights/best/{model.name}/{best}"
-    else:
-        weights = weights_of(model.name, best)
-    staged = lmeval_task_staged(wildcards.task)
-    return dict(weights=weights, tasks=tasks, selection=selection, staged=staged)
-
-
-def reuses_final(input):
-    return "same_as" in input.keys()
 
 
 def evaluation_records():
@@ -514,16 +433,6 @@ def scaling_outputs():
         "results/{run}/tables/scaling_shortfall.csv",
         "results/{run}/figures/fig1b_scaling.png",
         "results/{run}/figures/fig1b_scaling.pdf",
-    ]
-
-
-def parameter_counts():
-    """Counts of the Fig. 1b models whose n_params the config leaves at 0 (read from their
-    config)."""
-    return [
-        f"results/{RUN}/params/{name}.json"
-        for name in SCALED_MODELS
-        if MODELS[name].n_params == 0
     ]
 
 
@@ -588,15 +497,6 @@ def bottleneck_outputs():
             ext=("png", "pdf"),
         )
     return outputs
-
-
-def ngram_inputs(wildcards):
-    synthetic = CONFIG["corpora"][wildcards.corpus]["type"] == "synthetic"
-    toy = CONFIG["tokenizers"][wildcards.tokenizer]["source"] == "toy"
-    return dict(
-        corpus=sample_inputs(wildcards),
-        language=TOY_LANGUAGE if synthetic and toy else [],
-    )
 
 
 def ngram_outputs():

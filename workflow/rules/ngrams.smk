@@ -1,7 +1,6 @@
 # n-gram W-error of corpora (Godey et al. 5.1, Fig. 7): one job per corpus x tokenizer
 # counts the n-grams and takes every singular value of the context matrix; and the
 # ground-truth check on a small synthetic language whose true n-gram matrix is known.
-# Input functions and tables: common.smk.
 
 
 localrules:
@@ -9,9 +8,20 @@ localrules:
     plot_ngram_werror,
 
 
+def get_ngram_inputs(wildcards):
+    """The corpus and tokenizer files; the synthetic language too when the toy tokenizer
+    counts the synthetic corpus (its true n-gram matrix is stored beside the counts)."""
+    synthetic = CONFIG["corpora"][wildcards.corpus]["type"] == "synthetic"
+    toy = CONFIG["tokenizers"][wildcards.tokenizer]["source"] == "toy"
+    return dict(
+        corpus=sample_inputs(wildcards),
+        language=TOY_LANGUAGE if synthetic and toy else [],
+    )
+
+
 rule count_corpus_ngrams:
     input:
-        unpack(ngram_inputs),
+        unpack(get_ngram_inputs),
     output:
         "results/{run}/ngrams/{corpus}/{tokenizer}.h5",
     log:
