@@ -3,7 +3,9 @@
 # per (model, r) the lr with the lowest eval loss is kept. Fig. 6 (loss and accuracy vs r),
 # Fig. 8 (loss vs the W-error of the model's own head, from results/spectra of cache.smk)
 # and the ground-truth figure (n-gram W-error vs the truth, head loss vs the entropy rate).
-# Input functions and tables: common.smk.
+# HEAD_SET_CORPORA (the sets' corpora, which staging.smk shares too): common.smk.
+from lmsat.bottleneck import head_ranks, head_train_fields, learning_rates
+from lmsat.headcache import shard_count
 
 
 localrules:
@@ -12,9 +14,45 @@ localrules:
     plot_ground_truth,
 
 
+HEAD_LRS = learning_rates(BOTTLENECK)  # path label -> peak learning rate
+# train / eval -> the shard numbers of the head cache of that set
+HEAD_SHARDS = {
+    name: range(
+        shard_count(
+            BOTTLENECK[f"{name}_tokens"],
+            CONFIG["sample"]["seq_len"],
+            BOTTLENECK["shard_tokens"],
+        )
+    )
+    for name in ("train", "eval")
+}
+
+
+def head_shards(name, model="{model}", run="{run}"):
+    """The head cache's shard files of set `name` (train or eval)."""
+    return [
+        f"results/{run}/bottleneck/cache/{model}/{name}_{shard:04d}.h5"
+        for shard in HEAD_SHARDS[name]
+    ]
+
+
+def get_head_cache_inputs(wildcards):
+    """The final checkpoint, the train and eval corpora and the tokenizer; the eval sample
+    too when a set's corpus is the sample's (its windows are kept out of the sets)."""
+    corpora = set(HEAD_SET_CORPORA.values())
+    return dict(
+        weights=final_checkpoint_weights(wildcards),
+        corpora=[f for c in sorted(corpora) for f in corpus_files(c)],
+        tokenizer=tokenizer_inputs(MODELS[wildcards.model].tokenizer),
+        sample=(
+            sample_of_model(wildcards) if CONFIG["sample"]["corpus"] in corpora else []
+        ),
+    )
+
+
 rule build_head_cache:
     input:
-        unpack(head_cache_inputs),
+        unpack(get_head_cache_inputs),
     output:
         train=head_shards("train"),
         eval=head_shards("eval"),
@@ -81,6 +119,21 @@ rule train_rank_head:
         seed=CONFIG["seed"],
     script:
         "../scripts/train_rank_head.py"
+
+
+def head_runs(model):
+    """One record per (rank, peak learning rate) of `model`'s heads (rule train_rank_head)."""
+    ranks = head_ranks(BOTTLENECK, MODELS[model].hidden_size)
+    return [
+        f"results/{RUN}/bottleneck/runs/{model}/r{rank}/lr{lr}.json"
+        for rank in ranks
+        for lr in HEAD_LRS
+    ]
+
+
+def final_spectrum(model):
+    """The LM-head spectrum of `model`'s final checkpoint (rule analyse_checkpoint), for Fig. 8."""
+    return f"results/{RUN}/spectra/{model}/{MODELS[model].final_revision}.h5"
 
 
 rule tabulate_bottleneck:

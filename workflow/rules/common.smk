@@ -30,7 +30,7 @@ for _name in [n for n in sys.modules if n == "lmsat" or n.startswith("lmsat.")]:
     if LMSAT_SRC not in Path(_file).resolve().parents:
         del sys.modules[_name]
 
-from lmsat.bottleneck import head_ranks, head_train_fields, learning_rates, set_corpora
+from lmsat.bottleneck import set_corpora
 from lmsat.config import (
     config_sha256,
     load_plan,
@@ -42,7 +42,6 @@ from lmsat.config import (
 from lmsat.corpus import corpus_inputs
 from lmsat.evaluation import OFFLINE_TASKS
 from lmsat.fetch import estimated_parameters
-from lmsat.headcache import shard_count
 from lmsat.hub import repo_dir
 from lmsat.figures import FIGURES
 from lmsat.fingerprint import FETCHED_MARKER, changed_files, weights_fingerprint
@@ -117,18 +116,7 @@ CHECKPOINT_KINDS = ("best", "final")
 TASK_DIR = f"results/{RUN}/evaluation/tasks"
 SCALING = CONFIG["scaling"]
 BOTTLENECK = CONFIG["bottleneck"]
-HEAD_LRS = learning_rates(BOTTLENECK)  # path label -> peak learning rate
 HEAD_SET_CORPORA = set_corpora(CONFIG)  # train / eval -> corpus
-HEAD_SHARDS = {
-    name: range(
-        shard_count(
-            BOTTLENECK[f"{name}_tokens"],
-            CONFIG["sample"]["seq_len"],
-            BOTTLENECK["shard_tokens"],
-        )
-    )
-    for name in ("train", "eval")
-}
 NGRAMS = CONFIG["ngrams"]
 NGRAM_CORPORA = NGRAMS["corpora"]  # empty: no Fig. 7
 NGRAM_TOKENIZERS = ngram_tokenizers(CONFIG, MODELS)
@@ -437,38 +425,6 @@ def scaling_outputs():
 
 
 # ---------------------------------------------------------------- softmax bottleneck (bottleneck.smk, ngrams.smk)
-
-
-def head_shards(name, model="{model}", run="{run}"):
-    return [
-        f"results/{run}/bottleneck/cache/{model}/{name}_{shard:04d}.h5"
-        for shard in HEAD_SHARDS[name]
-    ]
-
-
-def head_cache_inputs(wildcards):
-    corpora = set(HEAD_SET_CORPORA.values())
-    return dict(
-        weights=final_checkpoint_weights(wildcards),
-        corpora=[f for c in sorted(corpora) for f in corpus_files(c)],
-        tokenizer=tokenizer_inputs(MODELS[wildcards.model].tokenizer),
-        sample=(
-            sample_of_model(wildcards) if CONFIG["sample"]["corpus"] in corpora else []
-        ),
-    )
-
-
-def head_runs(model):
-    ranks = head_ranks(BOTTLENECK, MODELS[model].hidden_size)
-    return [
-        f"results/{RUN}/bottleneck/runs/{model}/r{rank}/lr{lr}.json"
-        for rank in ranks
-        for lr in HEAD_LRS
-    ]
-
-
-def final_spectrum(model):
-    return f"results/{RUN}/spectra/{model}/{MODELS[model].final_revision}.h5"
 
 
 def heads_on_synthetic():
