@@ -41,11 +41,11 @@ def get_head_cache_inputs(wildcards):
     too when a set's corpus is the sample's (its windows are kept out of the sets)."""
     corpora = set(HEAD_SET_CORPORA.values())
     return dict(
-        weights=final_checkpoint_weights(wildcards),
+        weights=get_final_checkpoint_weights(wildcards),
         corpora=[f for c in sorted(corpora) for f in corpus_files(c)],
         tokenizer=tokenizer_inputs(MODELS[wildcards.model].tokenizer),
         sample=(
-            sample_of_model(wildcards) if CONFIG["sample"]["corpus"] in corpora else []
+            get_sample(wildcards) if CONFIG["sample"]["corpus"] in corpora else []
         ),
     )
 
@@ -71,7 +71,7 @@ rule build_head_cache:
         runtime=lambda wildcards, attempt: BOTTLENECK["cache_runtime"] * attempt,
         gpu=lambda wildcards: 1 if CONFIG["device"] == "cuda" else 0,
     params:
-        model=final_model_params,
+        model=get_final_model_params,
         tokenizer=lambda wildcards: model_tokenizer(wildcards.model),
         corpora=HEAD_SET_CORPORA,
         corpus_specs={c: corpus_spec(c) for c in sorted(set(HEAD_SET_CORPORA.values()))},

@@ -36,7 +36,7 @@ def checkpoint_job_mem_mb(model, base_mb, attempt):
 
 rule analyse_checkpoint:
     input:
-        sample=sample_of_model,
+        sample=get_sample,
         weights=get_checkpoint_weights,
         tokenizer=get_tokenizer_files,
     output:
@@ -56,8 +56,8 @@ rule analyse_checkpoint:
         runtime=lambda wildcards, attempt: CONFIG["extraction"]["runtime"] * attempt,
         gpu=lambda wildcards: 1 if CONFIG["device"] == "cuda" else 0,
     params:
-        model=model_params,
-        record=checkpoint_record,
+        model=get_model_params,
+        record=get_checkpoint_record,
         tokenizer=lambda wildcards: model_tokenizer(wildcards.model),
         drop_padding_rows=CONFIG["spectra"]["drop_padding_rows"],
         extraction=RESULT_CONFIG["extraction"],

@@ -159,8 +159,8 @@ wildcard_constraints:
     task=_alternatives(EVALUATION["tasks"]) or "(?!)",
 
 
-def sample_of_model(wildcards):
-    """The eval token sample of the model's tokenizer (rule sample_eval_tokens)."""
+def get_sample(wildcards):
+    """The eval token sample of the model's tokenizer (made by rule sample_eval_tokens)."""
     corpus, tokenizer = CONFIG["sample"]["corpus"], MODELS[wildcards.model].tokenizer
     return f"results/{RUN}/samples/{corpus}/{tokenizer}.h5"
 
@@ -230,7 +230,8 @@ if workflow.is_main_process:  # not again in every job's own parse of the workfl
     check_toy_hub()
 
 
-def final_checkpoint_weights(wildcards):
+def get_final_checkpoint_weights(wildcards):
+    """The model's final checkpoint, or what stands for it (weights_of)."""
     return weights_of(wildcards.model, MODELS[wildcards.model].final_revision)
 
 
@@ -242,14 +243,15 @@ def model_at(model, revision):
     return asdict(replace(entry, revisions=(revision,), steps=(entry.step(revision),)))
 
 
-def model_params(wildcards):
+def get_model_params(wildcards):
     """The model's entry, as a job param: narrowed to the job's revision if it has one."""
     if "revision" in wildcards.keys():
         return model_at(wildcards.model, wildcards.revision)
     return asdict(MODELS[wildcards.model])
 
 
-def final_model_params(wildcards):
+def get_final_model_params(wildcards):
+    """The model's entry, as a param of a job that reads only its final revision."""
     return model_at(wildcards.model, MODELS[wildcards.model].final_revision)
 
 
@@ -310,7 +312,7 @@ def model_mem_mb(model, base_mb, attempt):
     return int((base_mb + 1.2 * weights_mb) * attempt)
 
 
-def checkpoint_record(wildcards):
+def get_checkpoint_record(wildcards):
     """Suite, step and token count of one checkpoint, for its metric records."""
     model = MODELS[wildcards.model]
     step = model.step(wildcards.revision)
@@ -323,7 +325,8 @@ def checkpoint_record(wildcards):
     )
 
 
-def sample_inputs(wildcards):
+def get_sample_inputs(wildcards):
+    """The files of corpus `wildcards.corpus` and of tokenizer `wildcards.tokenizer`."""
     return corpus_files(wildcards.corpus) + tokenizer_inputs(wildcards.tokenizer)
 
 

@@ -37,7 +37,7 @@ rule fetch_checkpoint:
         runtime=lambda wildcards, attempt: FETCH["runtime"] * attempt,
         disk_mb=lambda wildcards, attempt: CHECKPOINT_DISK_MB[wildcards.model] * attempt,
     params:
-        model=model_params,
+        model=get_model_params,
     script:
         "../scripts/fetch_checkpoint.py"
 

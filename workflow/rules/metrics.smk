@@ -12,7 +12,7 @@ localrules:
 rule compute_checkpoint_metric:
     input:
         cache="results/{run}/cache/{model}/{revision}.h5",
-        sample=sample_of_model,
+        sample=get_sample,
     output:
         "results/{run}/metrics/{metric}/{model}/{revision}.json",
     log:
@@ -25,7 +25,7 @@ rule compute_checkpoint_metric:
         mem_mb=2000,
         runtime=10,
     params:
-        record=checkpoint_record,
+        record=get_checkpoint_record,
     script:
         "../scripts/compute_checkpoint_metric.py"
 

@@ -14,7 +14,7 @@ def get_ngram_inputs(wildcards):
     synthetic = CONFIG["corpora"][wildcards.corpus]["type"] == "synthetic"
     toy = CONFIG["tokenizers"][wildcards.tokenizer]["source"] == "toy"
     return dict(
-        corpus=sample_inputs(wildcards),
+        corpus=get_sample_inputs(wildcards),
         language=TOY_LANGUAGE if synthetic and toy else [],
     )
 

@@ -10,7 +10,7 @@ localrules:
 
 rule count_model_parameters:
     input:
-        weights=final_checkpoint_weights,
+        weights=get_final_checkpoint_weights,
     output:
         "results/{run}/params/{model}.json",
     log:
@@ -21,7 +21,7 @@ rule count_model_parameters:
         mem_mb=1000,
         runtime=10,
     params:
-        model=final_model_params,
+        model=get_final_model_params,
     script:
         "../scripts/count_model_parameters.py"
 
