@@ -44,9 +44,7 @@ def get_head_cache_inputs(wildcards):
         weights=get_final_checkpoint_weights(wildcards),
         corpora=[f for c in sorted(corpora) for f in corpus_files(c)],
         tokenizer=tokenizer_inputs(MODELS[wildcards.model].tokenizer),
-        sample=(
-            get_sample(wildcards) if CONFIG["sample"]["corpus"] in corpora else []
-        ),
+        sample=(get_sample(wildcards) if CONFIG["sample"]["corpus"] in corpora else []),
     )
 
 
