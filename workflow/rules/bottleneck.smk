@@ -120,7 +120,7 @@ rule train_rank_head:
 
 
 def head_runs(model):
-    """One record per (rank, peak learning rate) of `model`'s heads (rule train_rank_head)."""
+    """The records of `model`'s heads, one per (rank, peak lr) (rule train_rank_head)."""
     ranks = head_ranks(BOTTLENECK, MODELS[model].hidden_size)
     return [
         f"results/{RUN}/bottleneck/runs/{model}/r{rank}/lr{lr}.json"
@@ -130,7 +130,7 @@ def head_runs(model):
 
 
 def final_spectrum(model):
-    """The LM-head spectrum of `model`'s final checkpoint (rule analyse_checkpoint), for Fig. 8."""
+    """The LM-head spectrum of `model`'s final checkpoint (analyse_checkpoint): Fig. 8."""
     return f"results/{RUN}/spectra/{model}/{MODELS[model].final_revision}.h5"
 
 

@@ -1,4 +1,6 @@
-# The workflow's Python: config validation, model/revision/metric tables, input functions.
+# The workflow's shared Python: config loading and validation, the plan's tables, and the
+# input functions (get_*) and helpers several stages share. A stage's own stand right above
+# its rule in its .smk.
 import copy
 import re
 import sys
