@@ -341,7 +341,7 @@ def old_source(directory: Path) -> Path:
 
 
 def mem_mb_estimate(shape: str, args) -> int:
-    """rule analyse_checkpoint's mem_mb at attempt 1 (workflow/rules/cache.smk: checkpoint_job_mem_mb)."""
+    """rule analyse_checkpoint's mem_mb at attempt 1 (workflow/rules/common.smk: checkpoint_job_mem_mb)."""
     forward_bytes = 4 if args.extraction["dtype"] == "float32" else 2
     if args.device == "cuda":
         weights_mb = 0.25 * 2 * n_parameters(shape) / 1e6

@@ -1,6 +1,6 @@
-# The workflow's shared Python: config loading and validation, the plan's tables, and the
-# input functions (get_*) and helpers several stages share. A stage's own stand right above
-# its rule in its .smk.
+# The workflow's Python: config loading and validation, the plan's tables, the input
+# functions (get_*) and helpers several stages share, then each stage's own in a section
+# named after its rule file.
 import copy
 import re
 import sys
@@ -32,7 +32,7 @@ for _name in [n for n in sys.modules if n == "lmsat" or n.startswith("lmsat.")]:
     if LMSAT_SRC not in Path(_file).resolve().parents:
         del sys.modules[_name]
 
-from lmsat.bottleneck import set_corpora
+from lmsat.bottleneck import head_ranks, head_train_fields, learning_rates, set_corpora
 from lmsat.config import (
     config_sha256,
     load_plan,
@@ -42,14 +42,20 @@ from lmsat.config import (
     run_of_config_file,
 )
 from lmsat.corpus import corpus_inputs
-from lmsat.evaluation import OFFLINE_TASKS
-from lmsat.fetch import estimated_parameters
+from lmsat.evaluation import OFFLINE_TASKS, STORYCLOZE_2016_FILES
+from lmsat.fetch import checkpoint_disk_mb, estimated_parameters
+from lmsat.headcache import shard_count
+from lmsat.integrity import selected_revision as checked_selection
 from lmsat.hub import repo_dir
 from lmsat.figures import FIGURES
 from lmsat.fingerprint import FETCHED_MARKER, changed_files, weights_fingerprint
 from lmsat.io import read_json
 from lmsat.metrics import METRICS, table_metric
-from lmsat.staging import needs_staging_corpus, needs_staging_tokenizer
+from lmsat.staging import (
+    STAGING_RULES,
+    needs_staging_corpus,
+    needs_staging_tokenizer,
+)
 
 if Path(sys.modules["lmsat"].__file__ or ".").resolve().parent != LMSAT_SRC / "lmsat":
     raise WorkflowError(  # e.g. an import hook of the environment handed out another one
@@ -159,6 +165,9 @@ wildcard_constraints:
     tokenizer=_alternatives(CONFIG["tokenizers"]),
     kind="|".join(CHECKPOINT_KINDS),
     task=_alternatives(EVALUATION["tasks"]) or "(?!)",
+
+
+# ---------------------------------------------------------------- checkpoints and model entries (several stages)
 
 
 def get_sample(wildcards):
@@ -330,6 +339,317 @@ def get_checkpoint_record(wildcards):
 def get_sample_inputs(wildcards):
     """The files of corpus `wildcards.corpus` and of tokenizer `wildcards.tokenizer`."""
     return corpus_files(wildcards.corpus) + tokenizer_inputs(wildcards.tokenizer)
+
+
+# Below, each stage's own input functions and helpers (used by its rules only), a section
+# per rule file in include order. They live here, not above their rule, because
+# `snakemake --lint` flags any file that mixes rules and functions.
+# ---------------------------------------------------------------- toy.smk
+
+
+def get_trained_model_params(wildcards):
+    """The toy model's entry as it is trained (PLAN.trained): every revision of its
+    schedule, whichever ones a slice selects, so a selection never retrains it."""
+    return asdict(PLAN.trained[wildcards.model])
+
+
+# ---------------------------------------------------------------- fetch.smk
+
+
+HUB_MODELS = [name for name, m in MODELS.items() if m.source == "hub"]
+# disk a checkpoint's download needs, for fetch_checkpoint's disk_mb
+CHECKPOINT_DISK_MB = {
+    name: checkpoint_disk_mb(MODELS[name], FETCH["bytes_per_param"])
+    for name in HUB_MODELS
+}
+
+
+def fetched_checkpoint(path):
+    """The fetch rule's output; temp() so that Snakemake deletes it after its last consumer."""
+    return temp(directory(path)) if FETCH["remove_after_use"] else directory(path)
+
+
+def get_recorded_fingerprint(wildcards):
+    """Fingerprint of a tracked checkpoint (lmsat.fingerprint), a param of record_weights:
+    changed files change it, which reruns the record and so every job that read them. A hub
+    cache staged by hand and removed after use keeps its recorded fingerprint."""
+    directory = tracked_weights(wildcards.model, wildcards.revision)
+    if Path(directory).is_dir():
+        return weights_fingerprint(directory)
+    return read_json(weights_record(wildcards.model, wildcards.revision))["fingerprint"]
+
+
+# ---------------------------------------------------------------- staging.smk
+
+
+def get_staging_targets(wildcards):
+    """The staged tokenizers, corpora and lm-eval task data of the plan (rule stage_all);
+    checkpoints are fetched as their readers need them (fetch.smk)."""
+    tokenizers = {m.tokenizer for m in MODELS.values()}
+    corpora = {CONFIG["sample"]["corpus"]}
+    if NGRAM_CORPORA:
+        tokenizers |= set(NGRAM_TOKENIZERS)
+        corpora |= set(NGRAM_CORPORA)
+    if BOTTLENECK["models"]:
+        corpora |= set(HEAD_SET_CORPORA.values())
+    return (
+        [p for t in sorted(tokenizers) for p in tokenizer_inputs(t) if "staged" in p]
+        + [p for c in sorted(corpora) for p in corpus_files(c) if "staged" in p]
+        + [lmeval_task_staged(t) for t in EVALUATION["tasks"] if lmeval_task_staged(t)]
+    )
+
+
+# the hub tokenizers (not the toy's, not a local directory) and hub dataset corpora
+HUB_TOKENIZERS = [
+    n for n, s in CONFIG["tokenizers"].items() if needs_staging_tokenizer(s)
+]
+HUB_CORPORA = [n for n, s in CONFIG["corpora"].items() if needs_staging_corpus(s)]
+STAGED_DATASETS = f"results/{RUN}/staged/datasets"  # lm-eval's datasets cache
+
+
+def corpus_consumers(corpus):
+    """Every job kind that reads hub corpus `corpus`, with its tokenizer and how far it reads
+    (lmsat.staging.CorpusConsumer): what stage_corpus must stage. Mirrors the budgets of
+    lmsat.corpus.build_sample, count_corpus_ngrams and build_head_cache."""
+    spec, sample = CONFIG["corpora"][corpus], CONFIG["sample"]
+    cap = spec["max_documents"]
+    consumers = []
+    if corpus == sample["corpus"]:
+        consumers += [
+            dict(
+                job="sample_eval_tokens",
+                tokenizer=tokenizer,
+                tokens=sample["pool_factor"] * sample["n_tokens"],
+                documents=cap,
+            )
+            for tokenizer in sorted({m.tokenizer for m in MODELS.values()})
+        ]
+    if corpus in NGRAM_CORPORA:
+        consumers += [
+            dict(job="count_corpus_ngrams", tokenizer=t, tokens=NGRAMS["max_tokens"])
+            for t in NGRAM_TOKENIZERS
+        ]
+    if BOTTLENECK["models"] and corpus in HEAD_SET_CORPORA.values():
+        sizes = {"train": BOTTLENECK["train_tokens"], "eval": BOTTLENECK["eval_tokens"]}
+        wanted = sum(sizes[s] for s, c in HEAD_SET_CORPORA.items() if c == corpus)
+        n_pool = BOTTLENECK["pool_factor"] * wanted
+        if corpus == sample["corpus"]:  # the eval sample's windows are kept out
+            n_pool += -(-sample["n_tokens"] // sample["seq_len"]) * sample["seq_len"]
+        consumers += [
+            dict(
+                job="build_head_cache",
+                tokenizer=MODELS[m].tokenizer,
+                tokens=n_pool,
+                documents=cap,
+            )
+            for m in BOTTLENECK["models"]
+        ]
+    return consumers
+
+
+def get_consumer_tokenizers(wildcards):
+    """Tokenizer files of every job that reads corpus `wildcards.corpus` (stage_corpus)."""
+    names = sorted({c["tokenizer"] for c in corpus_consumers(wildcards.corpus)})
+    return [path for name in names for path in tokenizer_inputs(name)]
+
+
+# ---------------------------------------------------------------- cache.smk
+
+
+def get_checkpoint_weights(wildcards):
+    """The checkpoint the job loads, or what stands for it (weights_of)."""
+    return weights_of(wildcards.model, wildcards.revision)
+
+
+def get_tokenizer_files(wildcards):
+    """The toy tokenizer is built by the pipeline; a hub one is staged (tokenizer_inputs)."""
+    return tokenizer_inputs(MODELS[wildcards.model].tokenizer)
+
+
+def checkpoint_job_mem_mb(model, base_mb, attempt):
+    """Host memory of rule analyse_checkpoint beside its own `base_mb`. It loads the
+    checkpoint in its stored dtype (2 bytes a parameter for float16/bfloat16 checkpoints
+    like Pythia's) straight onto its device: on a GPU the host holds no copy of the weights
+    (memory-mapped files; a quarter of them as margin for a shard in flight), on the CPU the
+    model in the wider of the stored and forward dtypes (+20%). Float32 checkpoints on
+    the CPU need more: a retry after an OOM asks for `attempt` times this.
+    """
+    forward_bytes = 4 if CONFIG["extraction"]["dtype"] == "float32" else 2
+    if CONFIG["device"] == "cuda":
+        weights_mb = 0.25 * 2 * estimated_parameters(MODELS[model]) / 1e6
+    else:
+        weights_mb = (
+            1.2 * max(2, forward_bytes) * estimated_parameters(MODELS[model]) / 1e6
+        )
+    return int((base_mb + weights_mb) * attempt)
+
+
+# ---------------------------------------------------------------- metrics.smk
+
+
+def checkpoint_files(pattern, **extra):
+    """`pattern` formatted for every (model, revision) of the plan."""
+    return [
+        pattern.format(run=RUN, model=model, revision=revision, **extra)
+        for model, revision in PLAN.checkpoints()
+    ]
+
+
+def metric_files(metric):
+    """The per-checkpoint files of a planned metric, for every checkpoint of the plan."""
+    if METRICS[metric].reads == "weights":
+        return checkpoint_files(WEIGHT_METRIC_FILES[metric])
+    return checkpoint_files(
+        "results/{run}/metrics/{metric}/{model}/{revision}.json", metric=metric
+    )
+
+
+def get_metric_table_inputs(wildcards):
+    """Rule tabulate_metric: the metric's per-checkpoint files and the tables it needs."""
+    metric = METRICS[METRIC_TABLES[wildcards.table]]
+    needs = metric.tables[wildcards.table].needs
+    return dict(
+        files=metric_files(metric.name),
+        **{name: f"results/{RUN}/tables/{name}.csv" for name in needs},
+    )
+
+
+# ---------------------------------------------------------------- evaluation.smk
+
+
+def get_storycloze_files(wildcards):
+    """The manually downloaded Story Cloze 2016 CSVs (checked to exist before the job)."""
+    data_dir = Path(EVALUATION["storycloze_dir"])
+    return [str(data_dir / name) for name in STORYCLOZE_2016_FILES.values()]
+
+
+def selected_revision(model, kind):
+    """Revision of `model` picked as `kind`; the best one is read from the checkpoint output."""
+    if kind == "final":
+        return MODELS[model].final_revision
+    selection = checkpoints.select_checkpoints.get(run=RUN).output[0]
+    loss = f"results/{RUN}/tables/loss.csv"
+    return checked_selection(selection, loss, model, kind, MODELS[model].revisions)
+
+
+def get_evaluation_inputs(wildcards):
+    # Why a checkpoint (select_checkpoints): the best revision is known only once every loss
+    # exists, and it shapes the DAG itself, not only a parameter. When a model's best
+    # checkpoint is its final one (no saturation, as for the larger Pythia models), its "best"
+    # job must not rerun lm-eval on the same weights but depend on the "final" job and copy
+    # its JSON; which of the two a best job is depends on the contents of best_final.csv.
+    # Final revisions come from the config, so a dry run plans every final job directly, and
+    # every best job behind the checkpoint (its revision shown as <TBD>).
+    # The selection is ancient(): best_final.csv is rewritten whenever loss.csv is (any
+    # config change re-stamps loss.csv), but a best job must rerun only when its revision
+    # (a param, so a rerun trigger) or the reused final JSON changes.
+    model = MODELS[wildcards.model]
+    tasks = task_files(wildcards.task)
+    if wildcards.kind == "final":
+        return dict(
+            weights=weights_of(model.name, model.final_revision),
+            tasks=tasks,
+            staged=lmeval_task_staged(wildcards.task),
+        )
+    selection = ancient(checkpoints.select_checkpoints.get(run=RUN).output[0])
+    best = selected_revision(model.name, "best")
+    if best == model.final_revision:
+        final = f"results/{RUN}/evaluation/{model.name}/final/{wildcards.task}.json"
+        return dict(selection=selection, same_as=final)
+    if model.source == "hub" and not tracked_weights(model.name, best):
+        # a copy of its own (rule fetch_best_checkpoint); one staged by hand is read in place
+        weights = f"results/{RUN}/weights/best/{model.name}/{best}"
+    else:
+        weights = weights_of(model.name, best)
+    staged = lmeval_task_staged(wildcards.task)
+    return dict(weights=weights, tasks=tasks, selection=selection, staged=staged)
+
+
+def reuses_final(input):
+    return "same_as" in input.keys()
+
+
+# ---------------------------------------------------------------- scaling.smk
+
+
+# the models of the fit: every model unless scaling.models names some
+SCALED_MODELS = SCALING["models"] or list(MODELS)
+
+
+def parameter_counts():
+    """Counts of the Fig. 1b models whose n_params the config leaves at 0 (read from their
+    config)."""
+    return [
+        f"results/{RUN}/params/{name}.json"
+        for name in SCALED_MODELS
+        if MODELS[name].n_params == 0
+    ]
+
+
+# ---------------------------------------------------------------- ngrams.smk
+
+
+def get_ngram_inputs(wildcards):
+    """The corpus and tokenizer files; the synthetic language too when the toy tokenizer
+    counts the synthetic corpus (its true n-gram matrix is stored beside the counts)."""
+    synthetic = CONFIG["corpora"][wildcards.corpus]["type"] == "synthetic"
+    toy = CONFIG["tokenizers"][wildcards.tokenizer]["source"] == "toy"
+    return dict(
+        corpus=get_sample_inputs(wildcards),
+        language=TOY_LANGUAGE if synthetic and toy else [],
+    )
+
+
+# ---------------------------------------------------------------- bottleneck.smk
+
+
+HEAD_LRS = learning_rates(BOTTLENECK)  # path label -> peak learning rate
+# train / eval -> the shard numbers of the head cache of that set
+HEAD_SHARDS = {
+    name: range(
+        shard_count(
+            BOTTLENECK[f"{name}_tokens"],
+            CONFIG["sample"]["seq_len"],
+            BOTTLENECK["shard_tokens"],
+        )
+    )
+    for name in ("train", "eval")
+}
+
+
+def head_shards(name, model="{model}", run="{run}"):
+    """The head cache's shard files of set `name` (train or eval)."""
+    return [
+        f"results/{run}/bottleneck/cache/{model}/{name}_{shard:04d}.h5"
+        for shard in HEAD_SHARDS[name]
+    ]
+
+
+def get_head_cache_inputs(wildcards):
+    """The final checkpoint, the train and eval corpora and the tokenizer; the eval sample
+    too when a set's corpus is the sample's (its windows are kept out of the sets)."""
+    corpora = set(HEAD_SET_CORPORA.values())
+    return dict(
+        weights=get_final_checkpoint_weights(wildcards),
+        corpora=[f for c in sorted(corpora) for f in corpus_files(c)],
+        tokenizer=tokenizer_inputs(MODELS[wildcards.model].tokenizer),
+        sample=(get_sample(wildcards) if CONFIG["sample"]["corpus"] in corpora else []),
+    )
+
+
+def head_runs(model):
+    """The records of `model`'s heads, one per (rank, peak lr) (rule train_rank_head)."""
+    ranks = head_ranks(BOTTLENECK, MODELS[model].hidden_size)
+    return [
+        f"results/{RUN}/bottleneck/runs/{model}/r{rank}/lr{lr}.json"
+        for rank in ranks
+        for lr in HEAD_LRS
+    ]
+
+
+def final_spectrum(model):
+    """The LM-head spectrum of `model`'s final checkpoint (analyse_checkpoint): Fig. 8."""
+    return f"results/{RUN}/spectra/{model}/{MODELS[model].final_revision}.h5"
 
 
 def metric_figure_inputs(wildcards):

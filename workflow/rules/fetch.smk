@@ -5,19 +5,7 @@
 # fetch.remove_after_use the files are temp(): deleted once no pending job needs them; a
 # fetch that would leave less than fetch.min_free_mb free waits for such deletions, so
 # fetching cannot run ahead of the jobs that read the checkpoints until the disk is full.
-from lmsat.fetch import checkpoint_disk_mb
-
-HUB_MODELS = [name for name, m in MODELS.items() if m.source == "hub"]
-# disk a checkpoint's download needs, for fetch_checkpoint's disk_mb
-CHECKPOINT_DISK_MB = {
-    name: checkpoint_disk_mb(MODELS[name], FETCH["bytes_per_param"])
-    for name in HUB_MODELS
-}
-
-
-def fetched_checkpoint(path):
-    """The fetch rule's output; temp() so that Snakemake deletes it after its last consumer."""
-    return temp(directory(path)) if FETCH["remove_after_use"] else directory(path)
+# Input functions and helpers: section `fetch.smk` of common.smk.
 
 
 rule fetch_checkpoint:
@@ -60,16 +48,6 @@ use rule fetch_checkpoint as fetch_best_checkpoint with:
 # checkpoint changed after a run reruns the record, and so every job that read it.
 localrules:
     record_weights,
-
-
-def get_recorded_fingerprint(wildcards):
-    """Fingerprint of a tracked checkpoint (lmsat.fingerprint), a param of record_weights:
-    changed files change it, which reruns the record and so every job that read them. A hub
-    cache staged by hand and removed after use keeps its recorded fingerprint."""
-    directory = tracked_weights(wildcards.model, wildcards.revision)
-    if Path(directory).is_dir():
-        return weights_fingerprint(directory)
-    return read_json(weights_record(wildcards.model, wildcards.revision))["fingerprint"]
 
 
 rule record_weights:

@@ -2,6 +2,7 @@
 # cache metric's record per checkpoint x metric, one generic rule for every metric table and
 # one for every metric figure (lmsat.figures.FIGURES). Weight metrics are computed by rule
 # analyse_checkpoint (cache.smk), which loads each checkpoint once.
+# Input functions and helpers: section `metrics.smk` of common.smk.
 
 
 localrules:
@@ -28,33 +29,6 @@ rule compute_checkpoint_metric:
         record=get_checkpoint_record,
     script:
         "../scripts/compute_checkpoint_metric.py"
-
-
-def checkpoint_files(pattern, **extra):
-    """`pattern` formatted for every (model, revision) of the plan."""
-    return [
-        pattern.format(run=RUN, model=model, revision=revision, **extra)
-        for model, revision in PLAN.checkpoints()
-    ]
-
-
-def metric_files(metric):
-    """The per-checkpoint files of a planned metric, for every checkpoint of the plan."""
-    if METRICS[metric].reads == "weights":
-        return checkpoint_files(WEIGHT_METRIC_FILES[metric])
-    return checkpoint_files(
-        "results/{run}/metrics/{metric}/{model}/{revision}.json", metric=metric
-    )
-
-
-def get_metric_table_inputs(wildcards):
-    """Rule tabulate_metric: the metric's per-checkpoint files and the tables it needs."""
-    metric = METRICS[METRIC_TABLES[wildcards.table]]
-    needs = metric.tables[wildcards.table].needs
-    return dict(
-        files=metric_files(metric.name),
-        **{name: f"results/{RUN}/tables/{name}.csv" for name in needs},
-    )
 
 
 rule tabulate_metric:

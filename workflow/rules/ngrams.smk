@@ -1,22 +1,12 @@
 # n-gram W-error of corpora (Godey et al. 5.1, Fig. 7): one job per corpus x tokenizer
 # counts the n-grams and takes every singular value of the context matrix; and the
 # ground-truth check on a small synthetic language whose true n-gram matrix is known.
+# Input functions and helpers: section `ngrams.smk` of common.smk.
 
 
 localrules:
     tabulate_ngrams,
     plot_ngram_werror,
-
-
-def get_ngram_inputs(wildcards):
-    """The corpus and tokenizer files; the synthetic language too when the toy tokenizer
-    counts the synthetic corpus (its true n-gram matrix is stored beside the counts)."""
-    synthetic = CONFIG["corpora"][wildcards.corpus]["type"] == "synthetic"
-    toy = CONFIG["tokenizers"][wildcards.tokenizer]["source"] == "toy"
-    return dict(
-        corpus=get_sample_inputs(wildcards),
-        language=TOY_LANGUAGE if synthetic and toy else [],
-    )
 
 
 rule count_corpus_ngrams:

@@ -1,6 +1,7 @@
 # Saturation against a Chinchilla-style scaling law (Fig. 1b): each model's parameter
 # count, the fit of A and alpha on the larger models, and every model's best and final
 # checkpoints compared with the law (shortfall in %).
+# Input functions and helpers: section `scaling.smk` of common.smk.
 
 
 localrules:
@@ -24,20 +25,6 @@ rule count_model_parameters:
         model=get_final_model_params,
     script:
         "../scripts/count_model_parameters.py"
-
-
-# the models of the fit: every model unless scaling.models names some
-SCALED_MODELS = SCALING["models"] or list(MODELS)
-
-
-def parameter_counts():
-    """Counts of the Fig. 1b models whose n_params the config leaves at 0 (read from their
-    config)."""
-    return [
-        f"results/{RUN}/params/{name}.json"
-        for name in SCALED_MODELS
-        if MODELS[name].n_params == 0
-    ]
 
 
 rule fit_scaling_law:

@@ -6,42 +6,19 @@
 # naming the missing staged file, if staging was skipped. Where they run is the profile's
 # choice (profiles/slurm: a transfer partition via set-resources, or the submit node with
 # config fetch.staging_on: submit_node). `snakemake stage_all` stages all but the
-# checkpoints up front (e.g. on a login node before submitting the rest). The tokenizer and
-# corpus specs as jobs see them (pointing at their staged copies): common.smk.
-from lmsat.staging import STAGING_RULES
+# checkpoints up front (e.g. on a login node before submitting the rest). Input functions
+# and helpers: section `staging.smk` of common.smk; the tokenizer and corpus specs as jobs
+# see them (pointing at their staged copies): its section `tokenizers and corpora`.
 
 if FETCH["staging_on"] == "submit_node":
     # what `localrules:` compiles to, for the one list of staging rules (lmsat.staging)
     workflow.localrules(*STAGING_RULES)
 
 
-def get_staging_targets(wildcards):
-    """The staged tokenizers, corpora and lm-eval task data of the plan (rule stage_all);
-    checkpoints are fetched as their readers need them (fetch.smk)."""
-    tokenizers = {m.tokenizer for m in MODELS.values()}
-    corpora = {CONFIG["sample"]["corpus"]}
-    if NGRAM_CORPORA:
-        tokenizers |= set(NGRAM_TOKENIZERS)
-        corpora |= set(NGRAM_CORPORA)
-    if BOTTLENECK["models"]:
-        corpora |= set(HEAD_SET_CORPORA.values())
-    return (
-        [p for t in sorted(tokenizers) for p in tokenizer_inputs(t) if "staged" in p]
-        + [p for c in sorted(corpora) for p in corpus_files(c) if "staged" in p]
-        + [lmeval_task_staged(t) for t in EVALUATION["tasks"] if lmeval_task_staged(t)]
-    )
-
-
 rule stage_all:
     input:
         get_staging_targets,
     localrule: True
-
-
-# the hub tokenizers (not the toy's, not a local directory)
-HUB_TOKENIZERS = [
-    n for n, s in CONFIG["tokenizers"].items() if needs_staging_tokenizer(s)
-]
 
 
 rule stage_tokenizer:
@@ -61,56 +38,6 @@ rule stage_tokenizer:
         spec=lambda wildcards: CONFIG["tokenizers"][wildcards.tokenizer],
     script:
         "../scripts/stage_tokenizer.py"
-
-
-# the hub dataset corpora (not local files, not the synthetic language)
-HUB_CORPORA = [n for n, s in CONFIG["corpora"].items() if needs_staging_corpus(s)]
-
-
-def corpus_consumers(corpus):
-    """Every job kind that reads hub corpus `corpus`, with its tokenizer and how far it reads
-    (lmsat.staging.CorpusConsumer): what stage_corpus must stage. Mirrors the budgets of
-    lmsat.corpus.build_sample, count_corpus_ngrams and build_head_cache."""
-    spec, sample = CONFIG["corpora"][corpus], CONFIG["sample"]
-    cap = spec["max_documents"]
-    consumers = []
-    if corpus == sample["corpus"]:
-        consumers += [
-            dict(
-                job="sample_eval_tokens",
-                tokenizer=tokenizer,
-                tokens=sample["pool_factor"] * sample["n_tokens"],
-                documents=cap,
-            )
-            for tokenizer in sorted({m.tokenizer for m in MODELS.values()})
-        ]
-    if corpus in NGRAM_CORPORA:
-        consumers += [
-            dict(job="count_corpus_ngrams", tokenizer=t, tokens=NGRAMS["max_tokens"])
-            for t in NGRAM_TOKENIZERS
-        ]
-    if BOTTLENECK["models"] and corpus in HEAD_SET_CORPORA.values():
-        sizes = {"train": BOTTLENECK["train_tokens"], "eval": BOTTLENECK["eval_tokens"]}
-        wanted = sum(sizes[s] for s, c in HEAD_SET_CORPORA.items() if c == corpus)
-        n_pool = BOTTLENECK["pool_factor"] * wanted
-        if corpus == sample["corpus"]:  # the eval sample's windows are kept out
-            n_pool += -(-sample["n_tokens"] // sample["seq_len"]) * sample["seq_len"]
-        consumers += [
-            dict(
-                job="build_head_cache",
-                tokenizer=MODELS[m].tokenizer,
-                tokens=n_pool,
-                documents=cap,
-            )
-            for m in BOTTLENECK["models"]
-        ]
-    return consumers
-
-
-def get_consumer_tokenizers(wildcards):
-    """Tokenizer files of every job that reads corpus `wildcards.corpus` (stage_corpus)."""
-    names = sorted({c["tokenizer"] for c in corpus_consumers(wildcards.corpus)})
-    return [path for name in names for path in tokenizer_inputs(name)]
 
 
 rule stage_corpus:
@@ -137,9 +64,6 @@ rule stage_corpus:
         },
     script:
         "../scripts/stage_corpus.py"
-
-
-STAGED_DATASETS = f"results/{RUN}/staged/datasets"
 
 
 rule stage_lmeval_task:

@@ -1,5 +1,6 @@
 # The embedded toy suite: a synthetic language with known next-token distributions, its
 # tokenizer, and tiny GPT-NeoX models trained on it with a Pythia-like checkpoint schedule.
+# Input functions and helpers: section `toy.smk` of common.smk.
 
 
 rule build_synthetic_language:
@@ -23,12 +24,6 @@ rule build_synthetic_language:
         seed=CONFIG["seed"],
     script:
         "../scripts/build_synthetic_language.py"
-
-
-def get_trained_model_params(wildcards):
-    """The toy model's entry as it is trained (PLAN.trained): every revision of its
-    schedule, whichever ones a slice selects, so a selection never retrains it."""
-    return asdict(PLAN.trained[wildcards.model])
 
 
 rule train_toy_model:
