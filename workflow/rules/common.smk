@@ -167,7 +167,7 @@ wildcard_constraints:
     task=_alternatives(EVALUATION["tasks"]) or "(?!)",
 
 
-# ---------------------------------------------------------------- checkpoints and model entries (several stages)
+# ---------------------------------------------------------------- checkpoints and models (shared)
 
 
 def get_sample(wildcards):
@@ -266,7 +266,7 @@ def get_final_model_params(wildcards):
     return model_at(wildcards.model, MODELS[wildcards.model].final_revision)
 
 
-# ---------------------------------------------------------------- tokenizers and corpora
+# ---------------------------------------------------------------- tokenizers and corpora (shared)
 # As the jobs of every stage see them: a hub tokenizer or dataset points at its staged copy
 # (staging.smk; its jobs are the only ones besides the fetches that reach the network).
 
