@@ -3,7 +3,7 @@
 # per (model, r) the lr with the lowest eval loss is kept. Fig. 6 (loss and accuracy vs r),
 # Fig. 8 (loss vs the W-error of the model's own head, from results/spectra of cache.smk)
 # and the ground-truth figure (n-gram W-error vs the truth, head loss vs the entropy rate).
-# Input functions and tables: common.smk.
+# Input functions and helpers: section `bottleneck.smk` of common.smk.
 
 
 localrules:
@@ -14,7 +14,7 @@ localrules:
 
 rule build_head_cache:
     input:
-        unpack(head_cache_inputs),
+        unpack(get_head_cache_inputs),
     output:
         train=head_shards("train"),
         eval=head_shards("eval"),
@@ -33,7 +33,7 @@ rule build_head_cache:
         runtime=lambda wildcards, attempt: BOTTLENECK["cache_runtime"] * attempt,
         gpu=lambda wildcards: 1 if CONFIG["device"] == "cuda" else 0,
     params:
-        model=final_model_params,
+        model=get_final_model_params,
         tokenizer=lambda wildcards: model_tokenizer(wildcards.model),
         corpora=HEAD_SET_CORPORA,
         corpus_specs={c: corpus_spec(c) for c in sorted(set(HEAD_SET_CORPORA.values()))},

@@ -4,13 +4,14 @@
 # of the eval sample, stored as HDF5). Loading (torch + transformers import, then the
 # weights) costs more than the weight analyses together, so separate jobs would load every
 # checkpoint twice (and fetch it twice).
+# Input functions and helpers: section `cache.smk` of common.smk.
 
 
 rule analyse_checkpoint:
     input:
-        sample=sample_of_model,
-        weights=checkpoint_weights,
-        tokenizer=tokenizer_files,
+        sample=get_sample,
+        weights=get_checkpoint_weights,
+        tokenizer=get_tokenizer_files,
     output:
         **WEIGHT_METRIC_FILES,
         cache="results/{run}/cache/{model}/{revision}.h5",
@@ -28,8 +29,8 @@ rule analyse_checkpoint:
         runtime=lambda wildcards, attempt: CONFIG["extraction"]["runtime"] * attempt,
         gpu=lambda wildcards: 1 if CONFIG["device"] == "cuda" else 0,
     params:
-        model=model_params,
-        record=checkpoint_record,
+        model=get_model_params,
+        record=get_checkpoint_record,
         tokenizer=lambda wildcards: model_tokenizer(wildcards.model),
         drop_padding_rows=CONFIG["spectra"]["drop_padding_rows"],
         extraction=RESULT_CONFIG["extraction"],

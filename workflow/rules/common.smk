@@ -1,4 +1,6 @@
-# The workflow's Python: config validation, model/revision/metric tables, input functions.
+# The workflow's Python: config loading and validation, the plan's tables, the input
+# functions (get_*) and helpers several stages share, then each stage's own in a section
+# named after its rule file.
 import copy
 import re
 import sys
@@ -114,11 +116,6 @@ MODELS = PLAN.models
 TOY_LANGUAGE = f"results/{RUN}/toy/language.h5"
 TOY_TOKENIZER = f"results/{RUN}/toy/tokenizer/tokenizer.json"
 FETCH = CONFIG["fetch"]
-HUB_MODELS = [name for name, m in MODELS.items() if m.source == "hub"]
-CHECKPOINT_DISK_MB = {
-    name: checkpoint_disk_mb(MODELS[name], FETCH["bytes_per_param"])
-    for name in HUB_MODELS
-}
 # The analysis sections, validated and cross-checked by load_plan (lmsat.config).
 EVALUATION = CONFIG["evaluation"]
 # in the plan's order (by size): Table 1's rows follow its records
@@ -126,20 +123,8 @@ EVALUATED_MODELS = [m for m in MODELS if m in EVALUATION["models"]] or list(MODE
 CHECKPOINT_KINDS = ("best", "final")
 TASK_DIR = f"results/{RUN}/evaluation/tasks"
 SCALING = CONFIG["scaling"]
-SCALED_MODELS = SCALING["models"] or list(MODELS)
 BOTTLENECK = CONFIG["bottleneck"]
-HEAD_LRS = learning_rates(BOTTLENECK)  # path label -> peak learning rate
 HEAD_SET_CORPORA = set_corpora(CONFIG)  # train / eval -> corpus
-HEAD_SHARDS = {
-    name: range(
-        shard_count(
-            BOTTLENECK[f"{name}_tokens"],
-            CONFIG["sample"]["seq_len"],
-            BOTTLENECK["shard_tokens"],
-        )
-    )
-    for name in ("train", "eval")
-}
 NGRAMS = CONFIG["ngrams"]
 NGRAM_CORPORA = NGRAMS["corpora"]  # empty: no Fig. 7
 NGRAM_TOKENIZERS = ngram_tokenizers(CONFIG, MODELS)
@@ -182,23 +167,13 @@ wildcard_constraints:
     task=_alternatives(EVALUATION["tasks"]) or "(?!)",
 
 
-def checkpoint_files(pattern, **extra):
-    """`pattern` formatted for every (model, revision) of the plan."""
-    return [
-        pattern.format(run=RUN, model=model, revision=revision, **extra)
-        for model, revision in PLAN.checkpoints()
-    ]
+# ---------------------------------------------------------------- checkpoints and models (shared)
 
 
-def sample_of_model(wildcards):
-    """The eval token sample of the model's tokenizer (rule sample_eval_tokens)."""
+def get_sample(wildcards):
+    """The eval token sample of the model's tokenizer (made by rule sample_eval_tokens)."""
     corpus, tokenizer = CONFIG["sample"]["corpus"], MODELS[wildcards.model].tokenizer
     return f"results/{RUN}/samples/{corpus}/{tokenizer}.h5"
-
-
-def fetched_checkpoint(path):
-    """The fetch rule's output; temp() so that Snakemake deletes it after its last consumer."""
-    return temp(directory(path)) if FETCH["remove_after_use"] else directory(path)
 
 
 def tracked_weights(model, revision):
@@ -221,16 +196,6 @@ def tracked_weights(model, revision):
 
 def weights_record(model, revision):
     return f"results/{RUN}/weights/records/{model}/{revision}.json"
-
-
-def recorded_fingerprint(wildcards):
-    """Fingerprint of a tracked checkpoint (lmsat.fingerprint), a param of record_weights:
-    changed files change it, which reruns the record and so every job that read them. A hub
-    cache staged by hand and removed after use keeps its recorded fingerprint."""
-    directory = tracked_weights(wildcards.model, wildcards.revision)
-    if Path(directory).is_dir():
-        return weights_fingerprint(directory)
-    return read_json(weights_record(wildcards.model, wildcards.revision))["fingerprint"]
 
 
 def weights_of(model, revision):
@@ -276,11 +241,8 @@ if workflow.is_main_process:  # not again in every job's own parse of the workfl
     check_toy_hub()
 
 
-def checkpoint_weights(wildcards):
-    return weights_of(wildcards.model, wildcards.revision)
-
-
-def final_checkpoint_weights(wildcards):
+def get_final_checkpoint_weights(wildcards):
+    """The model's final checkpoint, or what stands for it (weights_of)."""
     return weights_of(wildcards.model, MODELS[wildcards.model].final_revision)
 
 
@@ -292,31 +254,21 @@ def model_at(model, revision):
     return asdict(replace(entry, revisions=(revision,), steps=(entry.step(revision),)))
 
 
-def trained_model_params(wildcards):
-    """The toy model's entry as it is trained (PLAN.trained): every revision of its
-    schedule, whichever ones a slice selects, so a selection never retrains it."""
-    return asdict(PLAN.trained[wildcards.model])
-
-
-def model_params(wildcards):
+def get_model_params(wildcards):
     """The model's entry, as a job param: narrowed to the job's revision if it has one."""
     if "revision" in wildcards.keys():
         return model_at(wildcards.model, wildcards.revision)
     return asdict(MODELS[wildcards.model])
 
 
-def final_model_params(wildcards):
+def get_final_model_params(wildcards):
+    """The model's entry, as a param of a job that reads only its final revision."""
     return model_at(wildcards.model, MODELS[wildcards.model].final_revision)
 
 
-# ---------------------------------------------------------------- staging (staging.smk)
-# Jobs of lmsat.staging.STAGING_RULES are the only ones that reach the network; every other
-# job imports lmsat.offline and reads what they staged. The profile decides where they run.
-STAGED_DATASETS = f"results/{RUN}/staged/datasets"
-HUB_TOKENIZERS = [
-    n for n, s in CONFIG["tokenizers"].items() if needs_staging_tokenizer(s)
-]
-HUB_CORPORA = [n for n, s in CONFIG["corpora"].items() if needs_staging_corpus(s)]
+# ---------------------------------------------------------------- tokenizers and corpora (shared)
+# As the jobs of every stage see them: a hub tokenizer or dataset points at its staged copy
+# (staging.smk; its jobs are the only ones besides the fetches that reach the network).
 
 
 def tokenizer_spec(name):
@@ -348,6 +300,111 @@ def corpus_files(name):
     """Files corpus `name` reads (its local files, or its staged prefix)."""
     spec = corpus_spec(name)
     return corpus_inputs(spec) + ([spec["staged"]] if "staged" in spec else [])
+
+
+def lmeval_task_staged(task):
+    """The staging manifest of an lm-eval task whose datasets come from the hub (none for the
+    task YAMLs the pipeline writes from local files)."""
+    if task_files(task) or task == "storycloze_2016":
+        return []
+    return f"results/{RUN}/staged/lmeval/{task}.json"
+
+
+def model_tokenizer(model):
+    """config['tokenizers'] entry of `model`, as jobs see it (tokenizer_spec)."""
+    return tokenizer_spec(MODELS[model].tokenizer)
+
+
+def model_mem_mb(model, base_mb, attempt):
+    """Memory of a job that loads `model`: the model in float32 (4 bytes a parameter, +20%)
+    beside the job's own `base_mb`; a retry after an OOM asks for `attempt` times that.
+    """
+    weights_mb = 4 * estimated_parameters(MODELS[model]) / 1e6
+    return int((base_mb + 1.2 * weights_mb) * attempt)
+
+
+def get_checkpoint_record(wildcards):
+    """Suite, step and token count of one checkpoint, for its metric records."""
+    model = MODELS[wildcards.model]
+    step = model.step(wildcards.revision)
+    return dict(
+        suite=model.suite,
+        model=model.name,
+        revision=wildcards.revision,
+        step=step,
+        tokens=step * model.tokens_per_step,
+    )
+
+
+def get_sample_inputs(wildcards):
+    """The files of corpus `wildcards.corpus` and of tokenizer `wildcards.tokenizer`."""
+    return corpus_files(wildcards.corpus) + tokenizer_inputs(wildcards.tokenizer)
+
+
+# Below, each stage's own input functions and helpers (used by its rules only), a section
+# per rule file in include order. They live here, not above their rule, because
+# `snakemake --lint` flags any file that mixes rules and functions.
+# ---------------------------------------------------------------- toy.smk
+
+
+def get_trained_model_params(wildcards):
+    """The toy model's entry as it is trained (PLAN.trained): every revision of its
+    schedule, whichever ones a slice selects, so a selection never retrains it."""
+    return asdict(PLAN.trained[wildcards.model])
+
+
+# ---------------------------------------------------------------- fetch.smk
+
+
+HUB_MODELS = [name for name, m in MODELS.items() if m.source == "hub"]
+# disk a checkpoint's download needs, for fetch_checkpoint's disk_mb
+CHECKPOINT_DISK_MB = {
+    name: checkpoint_disk_mb(MODELS[name], FETCH["bytes_per_param"])
+    for name in HUB_MODELS
+}
+
+
+def fetched_checkpoint(path):
+    """The fetch rule's output; temp() so that Snakemake deletes it after its last consumer."""
+    return temp(directory(path)) if FETCH["remove_after_use"] else directory(path)
+
+
+def get_recorded_fingerprint(wildcards):
+    """Fingerprint of a tracked checkpoint (lmsat.fingerprint), a param of record_weights:
+    changed files change it, which reruns the record and so every job that read them. A hub
+    cache staged by hand and removed after use keeps its recorded fingerprint."""
+    directory = tracked_weights(wildcards.model, wildcards.revision)
+    if Path(directory).is_dir():
+        return weights_fingerprint(directory)
+    return read_json(weights_record(wildcards.model, wildcards.revision))["fingerprint"]
+
+
+# ---------------------------------------------------------------- staging.smk
+
+
+def get_staging_targets(wildcards):
+    """The staged tokenizers, corpora and lm-eval task data of the plan (rule stage_all);
+    checkpoints are fetched as their readers need them (fetch.smk)."""
+    tokenizers = {m.tokenizer for m in MODELS.values()}
+    corpora = {CONFIG["sample"]["corpus"]}
+    if NGRAM_CORPORA:
+        tokenizers |= set(NGRAM_TOKENIZERS)
+        corpora |= set(NGRAM_CORPORA)
+    if BOTTLENECK["models"]:
+        corpora |= set(HEAD_SET_CORPORA.values())
+    return (
+        [p for t in sorted(tokenizers) for p in tokenizer_inputs(t) if "staged" in p]
+        + [p for c in sorted(corpora) for p in corpus_files(c) if "staged" in p]
+        + [lmeval_task_staged(t) for t in EVALUATION["tasks"] if lmeval_task_staged(t)]
+    )
+
+
+# the hub tokenizers (not the toy's, not a local directory) and hub dataset corpora
+HUB_TOKENIZERS = [
+    n for n, s in CONFIG["tokenizers"].items() if needs_staging_tokenizer(s)
+]
+HUB_CORPORA = [n for n, s in CONFIG["corpora"].items() if needs_staging_corpus(s)]
+STAGED_DATASETS = f"results/{RUN}/staged/datasets"  # lm-eval's datasets cache
 
 
 def corpus_consumers(corpus):
@@ -390,53 +447,23 @@ def corpus_consumers(corpus):
     return consumers
 
 
-def corpus_consumer_tokenizers(wildcards):
+def get_consumer_tokenizers(wildcards):
     """Tokenizer files of every job that reads corpus `wildcards.corpus` (stage_corpus)."""
     names = sorted({c["tokenizer"] for c in corpus_consumers(wildcards.corpus)})
     return [path for name in names for path in tokenizer_inputs(name)]
 
 
-def lmeval_task_staged(task):
-    """The staging manifest of an lm-eval task whose datasets come from the hub (none for the
-    task YAMLs the pipeline writes from local files)."""
-    if task_files(task) or task == "storycloze_2016":
-        return []
-    return f"results/{RUN}/staged/lmeval/{task}.json"
+# ---------------------------------------------------------------- cache.smk
 
 
-def staging_targets(wildcards):
-    """The staged tokenizers, corpora and lm-eval task data of the plan (rule stage_all);
-    checkpoints are fetched as their readers need them (fetch.smk)."""
-    tokenizers = {m.tokenizer for m in MODELS.values()}
-    corpora = {CONFIG["sample"]["corpus"]}
-    if NGRAM_CORPORA:
-        tokenizers |= set(NGRAM_TOKENIZERS)
-        corpora |= set(NGRAM_CORPORA)
-    if BOTTLENECK["models"]:
-        corpora |= set(HEAD_SET_CORPORA.values())
-    return (
-        [p for t in sorted(tokenizers) for p in tokenizer_inputs(t) if "staged" in p]
-        + [p for c in sorted(corpora) for p in corpus_files(c) if "staged" in p]
-        + [lmeval_task_staged(t) for t in EVALUATION["tasks"] if lmeval_task_staged(t)]
-    )
+def get_checkpoint_weights(wildcards):
+    """The checkpoint the job loads, or what stands for it (weights_of)."""
+    return weights_of(wildcards.model, wildcards.revision)
 
 
-def model_tokenizer(model):
-    """config['tokenizers'] entry of `model`, as jobs see it (tokenizer_spec)."""
-    return tokenizer_spec(MODELS[model].tokenizer)
-
-
-def tokenizer_files(wildcards):
+def get_tokenizer_files(wildcards):
     """The toy tokenizer is built by the pipeline; a hub one is staged (tokenizer_inputs)."""
     return tokenizer_inputs(MODELS[wildcards.model].tokenizer)
-
-
-def model_mem_mb(model, base_mb, attempt):
-    """Memory of a job that loads `model`: the model in float32 (4 bytes a parameter, +20%)
-    beside the job's own `base_mb`; a retry after an OOM asks for `attempt` times that.
-    """
-    weights_mb = 4 * estimated_parameters(MODELS[model]) / 1e6
-    return int((base_mb + 1.2 * weights_mb) * attempt)
 
 
 def checkpoint_job_mem_mb(model, base_mb, attempt):
@@ -457,21 +484,15 @@ def checkpoint_job_mem_mb(model, base_mb, attempt):
     return int((base_mb + weights_mb) * attempt)
 
 
-def checkpoint_record(wildcards):
-    """Suite, step and token count of one checkpoint, for its metric records."""
-    model = MODELS[wildcards.model]
-    step = model.step(wildcards.revision)
-    return dict(
-        suite=model.suite,
-        model=model.name,
-        revision=wildcards.revision,
-        step=step,
-        tokens=step * model.tokens_per_step,
-    )
+# ---------------------------------------------------------------- metrics.smk
 
 
-def sample_inputs(wildcards):
-    return corpus_files(wildcards.corpus) + tokenizer_inputs(wildcards.tokenizer)
+def checkpoint_files(pattern, **extra):
+    """`pattern` formatted for every (model, revision) of the plan."""
+    return [
+        pattern.format(run=RUN, model=model, revision=revision, **extra)
+        for model, revision in PLAN.checkpoints()
+    ]
 
 
 def metric_files(metric):
@@ -483,7 +504,7 @@ def metric_files(metric):
     )
 
 
-def metric_table_inputs(wildcards):
+def get_metric_table_inputs(wildcards):
     """Rule tabulate_metric: the metric's per-checkpoint files and the tables it needs."""
     metric = METRICS[METRIC_TABLES[wildcards.table]]
     needs = metric.tables[wildcards.table].needs
@@ -491,6 +512,144 @@ def metric_table_inputs(wildcards):
         files=metric_files(metric.name),
         **{name: f"results/{RUN}/tables/{name}.csv" for name in needs},
     )
+
+
+# ---------------------------------------------------------------- evaluation.smk
+
+
+def get_storycloze_files(wildcards):
+    """The manually downloaded Story Cloze 2016 CSVs (checked to exist before the job)."""
+    data_dir = Path(EVALUATION["storycloze_dir"])
+    return [str(data_dir / name) for name in STORYCLOZE_2016_FILES.values()]
+
+
+def selected_revision(model, kind):
+    """Revision of `model` picked as `kind`; the best one is read from the checkpoint output."""
+    if kind == "final":
+        return MODELS[model].final_revision
+    selection = checkpoints.select_checkpoints.get(run=RUN).output[0]
+    loss = f"results/{RUN}/tables/loss.csv"
+    return checked_selection(selection, loss, model, kind, MODELS[model].revisions)
+
+
+def get_evaluation_inputs(wildcards):
+    # Why a checkpoint (select_checkpoints): the best revision is known only once every loss
+    # exists, and it shapes the DAG itself, not only a parameter. When a model's best
+    # checkpoint is its final one (no saturation, as for the larger Pythia models), its "best"
+    # job must not rerun lm-eval on the same weights but depend on the "final" job and copy
+    # its JSON; which of the two a best job is depends on the contents of best_final.csv.
+    # Final revisions come from the config, so a dry run plans every final job directly, and
+    # every best job behind the checkpoint (its revision shown as <TBD>).
+    # The selection is ancient(): best_final.csv is rewritten whenever loss.csv is (any
+    # config change re-stamps loss.csv), but a best job must rerun only when its revision
+    # (a param, so a rerun trigger) or the reused final JSON changes.
+    model = MODELS[wildcards.model]
+    tasks = task_files(wildcards.task)
+    if wildcards.kind == "final":
+        return dict(
+            weights=weights_of(model.name, model.final_revision),
+            tasks=tasks,
+            staged=lmeval_task_staged(wildcards.task),
+        )
+    selection = ancient(checkpoints.select_checkpoints.get(run=RUN).output[0])
+    best = selected_revision(model.name, "best")
+    if best == model.final_revision:
+        final = f"results/{RUN}/evaluation/{model.name}/final/{wildcards.task}.json"
+        return dict(selection=selection, same_as=final)
+    if model.source == "hub" and not tracked_weights(model.name, best):
+        # a copy of its own (rule fetch_best_checkpoint); one staged by hand is read in place
+        weights = f"results/{RUN}/weights/best/{model.name}/{best}"
+    else:
+        weights = weights_of(model.name, best)
+    staged = lmeval_task_staged(wildcards.task)
+    return dict(weights=weights, tasks=tasks, selection=selection, staged=staged)
+
+
+def reuses_final(input):
+    return "same_as" in input.keys()
+
+
+# ---------------------------------------------------------------- scaling.smk
+
+
+# the models of the fit: every model unless scaling.models names some
+SCALED_MODELS = SCALING["models"] or list(MODELS)
+
+
+def parameter_counts():
+    """Counts of the Fig. 1b models whose n_params the config leaves at 0 (read from their
+    config)."""
+    return [
+        f"results/{RUN}/params/{name}.json"
+        for name in SCALED_MODELS
+        if MODELS[name].n_params == 0
+    ]
+
+
+# ---------------------------------------------------------------- ngrams.smk
+
+
+def get_ngram_inputs(wildcards):
+    """The corpus and tokenizer files; the synthetic language too when the toy tokenizer
+    counts the synthetic corpus (its true n-gram matrix is stored beside the counts)."""
+    synthetic = CONFIG["corpora"][wildcards.corpus]["type"] == "synthetic"
+    toy = CONFIG["tokenizers"][wildcards.tokenizer]["source"] == "toy"
+    return dict(
+        corpus=get_sample_inputs(wildcards),
+        language=TOY_LANGUAGE if synthetic and toy else [],
+    )
+
+
+# ---------------------------------------------------------------- bottleneck.smk
+
+
+HEAD_LRS = learning_rates(BOTTLENECK)  # path label -> peak learning rate
+# train / eval -> the shard numbers of the head cache of that set
+HEAD_SHARDS = {
+    name: range(
+        shard_count(
+            BOTTLENECK[f"{name}_tokens"],
+            CONFIG["sample"]["seq_len"],
+            BOTTLENECK["shard_tokens"],
+        )
+    )
+    for name in ("train", "eval")
+}
+
+
+def head_shards(name, model="{model}", run="{run}"):
+    """The head cache's shard files of set `name` (train or eval)."""
+    return [
+        f"results/{run}/bottleneck/cache/{model}/{name}_{shard:04d}.h5"
+        for shard in HEAD_SHARDS[name]
+    ]
+
+
+def get_head_cache_inputs(wildcards):
+    """The final checkpoint, the train and eval corpora and the tokenizer; the eval sample
+    too when a set's corpus is the sample's (its windows are kept out of the sets)."""
+    corpora = set(HEAD_SET_CORPORA.values())
+    return dict(
+        weights=get_final_checkpoint_weights(wildcards),
+        corpora=[f for c in sorted(corpora) for f in corpus_files(c)],
+        tokenizer=tokenizer_inputs(MODELS[wildcards.model].tokenizer),
+        sample=(get_sample(wildcards) if CONFIG["sample"]["corpus"] in corpora else []),
+    )
+
+
+def head_runs(model):
+    """The records of `model`'s heads, one per (rank, peak lr) (rule train_rank_head)."""
+    ranks = head_ranks(BOTTLENECK, MODELS[model].hidden_size)
+    return [
+        f"results/{RUN}/bottleneck/runs/{model}/r{rank}/lr{lr}.json"
+        for rank in ranks
+        for lr in HEAD_LRS
+    ]
+
+
+def final_spectrum(model):
+    """The LM-head spectrum of `model`'s final checkpoint (analyse_checkpoint): Fig. 8."""
+    return f"results/{RUN}/spectra/{model}/{MODELS[model].final_revision}.h5"
 
 
 def metric_figure_inputs(wildcards):
@@ -556,15 +715,6 @@ def evaluation_outputs():
     ]
 
 
-def selected_revision(model, kind):
-    """Revision of `model` picked as `kind`; the best one is read from the checkpoint output."""
-    if kind == "final":
-        return MODELS[model].final_revision
-    selection = checkpoints.select_checkpoints.get(run=RUN).output[0]
-    loss = f"results/{RUN}/tables/loss.csv"
-    return checked_selection(selection, loss, model, kind, MODELS[model].revisions)
-
-
 def task_files(task):
     """Task YAMLs (and data) the pipeline writes for `task`; none for lm-eval's own tasks."""
     if task in OFFLINE_TASKS:
@@ -572,49 +722,6 @@ def task_files(task):
     if task == "storycloze_2016" and EVALUATION["storycloze_dir"]:
         return [f"{TASK_DIR}/storycloze_2016.yaml"]
     return []
-
-
-def storycloze_files(wildcards):
-    """The manually downloaded Story Cloze 2016 CSVs (checked to exist before the job)."""
-    data_dir = Path(EVALUATION["storycloze_dir"])
-    return [str(data_dir / name) for name in STORYCLOZE_2016_FILES.values()]
-
-
-def evaluation_inputs(wildcards):
-    # Why a checkpoint (select_checkpoints): the best revision is known only once every loss
-    # exists, and it shapes the DAG itself, not only a parameter. When a model's best
-    # checkpoint is its final one (no saturation, as for the larger Pythia models), its "best"
-    # job must not rerun lm-eval on the same weights but depend on the "final" job and copy
-    # its JSON; which of the two a best job is depends on the contents of best_final.csv.
-    # Final revisions come from the config, so a dry run plans every final job directly, and
-    # every best job behind the checkpoint (its revision shown as <TBD>).
-    # The selection is ancient(): best_final.csv is rewritten whenever loss.csv is (any
-    # config change re-stamps loss.csv), but a best job must rerun only when its revision
-    # (a param, so a rerun trigger) or the reused final JSON changes.
-    model = MODELS[wildcards.model]
-    tasks = task_files(wildcards.task)
-    if wildcards.kind == "final":
-        return dict(
-            weights=weights_of(model.name, model.final_revision),
-            tasks=tasks,
-            staged=lmeval_task_staged(wildcards.task),
-        )
-    selection = ancient(checkpoints.select_checkpoints.get(run=RUN).output[0])
-    best = selected_revision(model.name, "best")
-    if best == model.final_revision:
-        final = f"results/{RUN}/evaluation/{model.name}/final/{wildcards.task}.json"
-        return dict(selection=selection, same_as=final)
-    if model.source == "hub" and not tracked_weights(model.name, best):
-        # a copy of its own (rule fetch_best_checkpoint); one staged by hand is read in place
-        weights = f"results/{RUN}/weights/best/{model.name}/{best}"
-    else:
-        weights = weights_of(model.name, best)
-    staged = lmeval_task_staged(wildcards.task)
-    return dict(weights=weights, tasks=tasks, selection=selection, staged=staged)
-
-
-def reuses_final(input):
-    return "same_as" in input.keys()
 
 
 def evaluation_records():
@@ -642,49 +749,7 @@ def scaling_outputs():
     ]
 
 
-def parameter_counts():
-    """Counts of the Fig. 1b models whose n_params the config leaves at 0 (read from their
-    config)."""
-    return [
-        f"results/{RUN}/params/{name}.json"
-        for name in SCALED_MODELS
-        if MODELS[name].n_params == 0
-    ]
-
-
 # ---------------------------------------------------------------- softmax bottleneck (bottleneck.smk, ngrams.smk)
-
-
-def head_shards(name, model="{model}", run="{run}"):
-    return [
-        f"results/{run}/bottleneck/cache/{model}/{name}_{shard:04d}.h5"
-        for shard in HEAD_SHARDS[name]
-    ]
-
-
-def head_cache_inputs(wildcards):
-    corpora = set(HEAD_SET_CORPORA.values())
-    return dict(
-        weights=final_checkpoint_weights(wildcards),
-        corpora=[f for c in sorted(corpora) for f in corpus_files(c)],
-        tokenizer=tokenizer_inputs(MODELS[wildcards.model].tokenizer),
-        sample=(
-            sample_of_model(wildcards) if CONFIG["sample"]["corpus"] in corpora else []
-        ),
-    )
-
-
-def head_runs(model):
-    ranks = head_ranks(BOTTLENECK, MODELS[model].hidden_size)
-    return [
-        f"results/{RUN}/bottleneck/runs/{model}/r{rank}/lr{lr}.json"
-        for rank in ranks
-        for lr in HEAD_LRS
-    ]
-
-
-def final_spectrum(model):
-    return f"results/{RUN}/spectra/{model}/{MODELS[model].final_revision}.h5"
 
 
 def heads_on_synthetic():
@@ -713,15 +778,6 @@ def bottleneck_outputs():
             ext=("png", "pdf"),
         )
     return outputs
-
-
-def ngram_inputs(wildcards):
-    synthetic = CONFIG["corpora"][wildcards.corpus]["type"] == "synthetic"
-    toy = CONFIG["tokenizers"][wildcards.tokenizer]["source"] == "toy"
-    return dict(
-        corpus=sample_inputs(wildcards),
-        language=TOY_LANGUAGE if synthetic and toy else [],
-    )
 
 
 def ngram_outputs():

@@ -1,6 +1,7 @@
 # Each model's best and final checkpoints, and their zero-shot downstream evaluation with
 # the LM Evaluation Harness (Table 1): one job per model x checkpoint kind x task.
-# Input functions: common.smk.
+# Input functions and helpers: section `evaluation.smk` of common.smk (task_files and
+# evaluation_records, which other stages share too: its section `Table 1`).
 
 
 localrules:
@@ -47,7 +48,7 @@ rule build_offline_tasks:
 
 rule write_storycloze_task:
     input:
-        storycloze_files,
+        get_storycloze_files,
     output:
         "results/{run}/evaluation/tasks/storycloze_2016.yaml",
     log:
@@ -62,7 +63,7 @@ rule write_storycloze_task:
 
 rule evaluate_checkpoint:
     input:
-        unpack(evaluation_inputs),
+        unpack(get_evaluation_inputs),
     output:
         "results/{run}/evaluation/{model}/{kind}/{task}.json",
     log:

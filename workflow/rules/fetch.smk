@@ -1,10 +1,11 @@
 # Hub checkpoints: one job per (hub model, revision) downloads its files into a hub cache of
 # its own, results/weights/{model}/{revision}, from which every job that loads it reads
-# offline (input function checkpoint_weights). Transient hub faults are retried inside the
+# offline (common.smk: weights_of). Transient hub faults are retried inside the
 # job with backoff (lmsat.fetch), and the job itself is restarted `fetch.retries` times. With
 # fetch.remove_after_use the files are temp(): deleted once no pending job needs them; a
 # fetch that would leave less than fetch.min_free_mb free waits for such deletions, so
 # fetching cannot run ahead of the jobs that read the checkpoints until the disk is full.
+# Input functions and helpers: section `fetch.smk` of common.smk.
 
 
 rule fetch_checkpoint:
@@ -24,7 +25,7 @@ rule fetch_checkpoint:
         runtime=lambda wildcards, attempt: FETCH["runtime"] * attempt,
         disk_mb=lambda wildcards, attempt: CHECKPOINT_DISK_MB[wildcards.model] * attempt,
     params:
-        model=model_params,
+        model=get_model_params,
     script:
         "../scripts/fetch_checkpoint.py"
 
@@ -58,6 +59,6 @@ rule record_weights:
         "../../envs/lmsat.yaml"
     params:
         directory=lambda wildcards: tracked_weights(wildcards.model, wildcards.revision),
-        fingerprint=recorded_fingerprint,
+        fingerprint=get_recorded_fingerprint,
     script:
         "../scripts/record_weights.py"

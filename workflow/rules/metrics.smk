@@ -2,6 +2,7 @@
 # cache metric's record per checkpoint x metric, one generic rule for every metric table and
 # one for every metric figure (lmsat.figures.FIGURES). Weight metrics are computed by rule
 # analyse_checkpoint (cache.smk), which loads each checkpoint once.
+# Input functions and helpers: section `metrics.smk` of common.smk.
 
 
 localrules:
@@ -12,7 +13,7 @@ localrules:
 rule compute_checkpoint_metric:
     input:
         cache="results/{run}/cache/{model}/{revision}.h5",
-        sample=sample_of_model,
+        sample=get_sample,
     output:
         "results/{run}/metrics/{metric}/{model}/{revision}.json",
     log:
@@ -25,14 +26,14 @@ rule compute_checkpoint_metric:
         mem_mb=2000,
         runtime=10,
     params:
-        record=checkpoint_record,
+        record=get_checkpoint_record,
     script:
         "../scripts/compute_checkpoint_metric.py"
 
 
 rule tabulate_metric:
     input:
-        unpack(metric_table_inputs),
+        unpack(get_metric_table_inputs),
     output:
         "results/{run}/tables/{table}.csv",
     log:

@@ -1,7 +1,7 @@
 # n-gram W-error of corpora (Godey et al. 5.1, Fig. 7): one job per corpus x tokenizer
 # counts the n-grams and takes every singular value of the context matrix; and the
 # ground-truth check on a small synthetic language whose true n-gram matrix is known.
-# Input functions and tables: common.smk.
+# Input functions and helpers: section `ngrams.smk` of common.smk.
 
 
 localrules:
@@ -11,7 +11,7 @@ localrules:
 
 rule count_corpus_ngrams:
     input:
-        unpack(ngram_inputs),
+        unpack(get_ngram_inputs),
     output:
         "results/{run}/ngrams/{corpus}/{tokenizer}.h5",
     log:

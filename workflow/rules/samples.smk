@@ -3,7 +3,7 @@
 
 rule sample_eval_tokens:
     input:
-        sample_inputs,
+        get_sample_inputs,
     output:
         "results/{run}/samples/{corpus}/{tokenizer}.h5",
     log:

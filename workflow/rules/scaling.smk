@@ -1,6 +1,7 @@
 # Saturation against a Chinchilla-style scaling law (Fig. 1b): each model's parameter
 # count, the fit of A and alpha on the larger models, and every model's best and final
-# checkpoints compared with the law (shortfall in %). Input functions: common.smk.
+# checkpoints compared with the law (shortfall in %).
+# Input functions and helpers: section `scaling.smk` of common.smk.
 
 
 localrules:
@@ -10,7 +11,7 @@ localrules:
 
 rule count_model_parameters:
     input:
-        weights=final_checkpoint_weights,
+        weights=get_final_checkpoint_weights,
     output:
         "results/{run}/params/{model}.json",
     log:
@@ -21,7 +22,7 @@ rule count_model_parameters:
         mem_mb=1000,
         runtime=10,
     params:
-        model=final_model_params,
+        model=get_final_model_params,
     script:
         "../scripts/count_model_parameters.py"
 

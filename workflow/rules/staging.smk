@@ -1,21 +1,23 @@
 # Staging: everything a compute job would otherwise fetch from the network, put on disk
 # first (lmsat.staging). Hub checkpoints: fetch.smk; here hub tokenizers, the prefix of each
 # hub dataset corpus its jobs read, and lm-eval task datasets. These rules (and the fetch
-# rules: STAGING_RULES in common.smk) are the only ones that reach the network; every other
+# rules: lmsat.staging.STAGING_RULES) are the only ones that reach the network; every other
 # job imports lmsat.offline (HF_HUB_OFFLINE=1, HF_DATASETS_OFFLINE=1) and fails in seconds,
 # naming the missing staged file, if staging was skipped. Where they run is the profile's
 # choice (profiles/slurm: a transfer partition via set-resources, or the submit node with
 # config fetch.staging_on: submit_node). `snakemake stage_all` stages all but the
-# checkpoints up front (e.g. on a login node before submitting the rest).
+# checkpoints up front (e.g. on a login node before submitting the rest). Input functions
+# and helpers: section `staging.smk` of common.smk; the tokenizer and corpus specs as jobs
+# see them (pointing at their staged copies): its section `tokenizers and corpora`.
 
 if FETCH["staging_on"] == "submit_node":
-    # what `localrules:` compiles to, for the one list of staging rules (common.smk)
+    # what `localrules:` compiles to, for the one list of staging rules (lmsat.staging)
     workflow.localrules(*STAGING_RULES)
 
 
 rule stage_all:
     input:
-        staging_targets,
+        get_staging_targets,
     localrule: True
 
 
@@ -40,7 +42,7 @@ rule stage_tokenizer:
 
 rule stage_corpus:
     input:
-        tokenizers=corpus_consumer_tokenizers,
+        tokenizers=get_consumer_tokenizers,
     output:
         "results/{run}/staged/corpora/{corpus}.jsonl",
     log:

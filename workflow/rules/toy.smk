@@ -1,5 +1,6 @@
 # The embedded toy suite: a synthetic language with known next-token distributions, its
 # tokenizer, and tiny GPT-NeoX models trained on it with a Pythia-like checkpoint schedule.
+# Input functions and helpers: section `toy.smk` of common.smk.
 
 
 rule build_synthetic_language:
@@ -41,7 +42,7 @@ rule train_toy_model:
         mem_mb=2000,
         runtime=30,
     params:
-        model=trained_model_params,
+        model=get_trained_model_params,
         toy=CONFIG["toy"],
         seed=CONFIG["seed"],
     script:
