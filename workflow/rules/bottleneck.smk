@@ -3,7 +3,10 @@
 # per (model, r) the lr with the lowest eval loss is kept. Fig. 6 (loss and accuracy vs r),
 # Fig. 8 (loss vs the W-error of the model's own head, from results/spectra of cache.smk)
 # and the ground-truth figure (n-gram W-error vs the truth, head loss vs the entropy rate).
-# Input functions and helpers: section `bottleneck.smk` of common.smk.
+# Input functions and helpers: bottleneck_inputs.smk.
+
+
+include: "bottleneck_inputs.smk"
 
 
 localrules:

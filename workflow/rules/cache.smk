@@ -4,7 +4,10 @@
 # of the eval sample, stored as HDF5). Loading (torch + transformers import, then the
 # weights) costs more than the weight analyses together, so separate jobs would load every
 # checkpoint twice (and fetch it twice).
-# Input functions and helpers: section `cache.smk` of common.smk.
+# Input functions and helpers: cache_inputs.smk.
+
+
+include: "cache_inputs.smk"
 
 
 rule analyse_checkpoint:

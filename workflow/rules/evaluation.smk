@@ -1,7 +1,10 @@
 # Each model's best and final checkpoints, and their zero-shot downstream evaluation with
 # the LM Evaluation Harness (Table 1): one job per model x checkpoint kind x task.
-# Input functions and helpers: section `evaluation.smk` of common.smk (task_files and
+# Input functions and helpers: evaluation_inputs.smk (task_files and
 # evaluation_records, which other stages share too: its section `Table 1`).
+
+
+include: "evaluation_inputs.smk"
 
 
 localrules:

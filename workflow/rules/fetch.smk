@@ -5,7 +5,10 @@
 # fetch.remove_after_use the files are temp(): deleted once no pending job needs them; a
 # fetch that would leave less than fetch.min_free_mb free waits for such deletions, so
 # fetching cannot run ahead of the jobs that read the checkpoints until the disk is full.
-# Input functions and helpers: section `fetch.smk` of common.smk.
+# Input functions and helpers: fetch_inputs.smk.
+
+
+include: "fetch_inputs.smk"
 
 
 rule fetch_checkpoint:

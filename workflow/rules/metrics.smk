@@ -2,7 +2,10 @@
 # cache metric's record per checkpoint x metric, one generic rule for every metric table and
 # one for every metric figure (lmsat.figures.FIGURES). Weight metrics are computed by rule
 # analyse_checkpoint (cache.smk), which loads each checkpoint once.
-# Input functions and helpers: section `metrics.smk` of common.smk.
+# Input functions and helpers: metrics_inputs.smk.
+
+
+include: "metrics_inputs.smk"
 
 
 localrules:

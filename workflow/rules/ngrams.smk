@@ -1,7 +1,10 @@
 # n-gram W-error of corpora (Godey et al. 5.1, Fig. 7): one job per corpus x tokenizer
 # counts the n-grams and takes every singular value of the context matrix; and the
 # ground-truth check on a small synthetic language whose true n-gram matrix is known.
-# Input functions and helpers: section `ngrams.smk` of common.smk.
+# Input functions and helpers: ngrams_inputs.smk.
+
+
+include: "ngrams_inputs.smk"
 
 
 localrules:

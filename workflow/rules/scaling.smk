@@ -1,7 +1,10 @@
 # Saturation against a Chinchilla-style scaling law (Fig. 1b): each model's parameter
 # count, the fit of A and alpha on the larger models, and every model's best and final
 # checkpoints compared with the law (shortfall in %).
-# Input functions and helpers: section `scaling.smk` of common.smk.
+# Input functions and helpers: scaling_inputs.smk.
+
+
+include: "scaling_inputs.smk"
 
 
 localrules:

@@ -7,8 +7,12 @@
 # choice (profiles/slurm: a transfer partition via set-resources, or the submit node with
 # config fetch.staging_on: submit_node). `snakemake stage_all` stages all but the
 # checkpoints up front (e.g. on a login node before submitting the rest). Input functions
-# and helpers: section `staging.smk` of common.smk; the tokenizer and corpus specs as jobs
+# and helpers: staging_inputs.smk; the tokenizer and corpus specs as jobs
 # see them (pointing at their staged copies): its section `tokenizers and corpora`.
+
+
+include: "staging_inputs.smk"
+
 
 if FETCH["staging_on"] == "submit_node":
     # what `localrules:` compiles to, for the one list of staging rules (lmsat.staging)

@@ -1,6 +1,9 @@
 # The embedded toy suite: a synthetic language with known next-token distributions, its
 # tokenizer, and tiny GPT-NeoX models trained on it with a Pythia-like checkpoint schedule.
-# Input functions and helpers: section `toy.smk` of common.smk.
+# Input functions and helpers: toy_inputs.smk.
+
+
+include: "toy_inputs.smk"
 
 
 rule build_synthetic_language:

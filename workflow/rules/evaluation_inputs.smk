@@ -1,0 +1,55 @@
+# The input functions and helpers of the rules in evaluation.smk, used by them only; it
+# includes this file above its rules (`snakemake --lint` flags a file that mixes rules
+# and functions). What several stages share: common.smk.
+
+
+def get_storycloze_files(wildcards):
+    """The manually downloaded Story Cloze 2016 CSVs (checked to exist before the job)."""
+    data_dir = Path(EVALUATION["storycloze_dir"])
+    return [str(data_dir / name) for name in STORYCLOZE_2016_FILES.values()]
+
+
+def selected_revision(model, kind):
+    """Revision of `model` picked as `kind`; the best one is read from the checkpoint output."""
+    if kind == "final":
+        return MODELS[model].final_revision
+    selection = checkpoints.select_checkpoints.get(run=RUN).output[0]
+    loss = f"results/{RUN}/tables/loss.csv"
+    return checked_selection(selection, loss, model, kind, MODELS[model].revisions)
+
+
+def get_evaluation_inputs(wildcards):
+    # Why a checkpoint (select_checkpoints): the best revision is known only once every loss
+    # exists, and it shapes the DAG itself, not only a parameter. When a model's best
+    # checkpoint is its final one (no saturation, as for the larger Pythia models), its "best"
+    # job must not rerun lm-eval on the same weights but depend on the "final" job and copy
+    # its JSON; which of the two a best job is depends on the contents of best_final.csv.
+    # Final revisions come from the config, so a dry run plans every final job directly, and
+    # every best job behind the checkpoint (its revision shown as <TBD>).
+    # The selection is ancient(): best_final.csv is rewritten whenever loss.csv is (any
+    # config change re-stamps loss.csv), but a best job must rerun only when its revision
+    # (a param, so a rerun trigger) or the reused final JSON changes.
+    model = MODELS[wildcards.model]
+    tasks = task_files(wildcards.task)
+    if wildcards.kind == "final":
+        return dict(
+            weights=weights_of(model.name, model.final_revision),
+            tasks=tasks,
+            staged=lmeval_task_staged(wildcards.task),
+        )
+    selection = ancient(checkpoints.select_checkpoints.get(run=RUN).output[0])
+    best = selected_revision(model.name, "best")
+    if best == model.final_revision:
+        final = f"results/{RUN}/evaluation/{model.name}/final/{wildcards.task}.json"
+        return dict(selection=selection, same_as=final)
+    if model.source == "hub" and not tracked_weights(model.name, best):
+        # a copy of its own (rule fetch_best_checkpoint); one staged by hand is read in place
+        weights = f"results/{RUN}/weights/best/{model.name}/{best}"
+    else:
+        weights = weights_of(model.name, best)
+    staged = lmeval_task_staged(wildcards.task)
+    return dict(weights=weights, tasks=tasks, selection=selection, staged=staged)
+
+
+def reuses_final(input):
+    return "same_as" in input.keys()

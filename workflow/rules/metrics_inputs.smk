@@ -1,0 +1,30 @@
+# The input functions and helpers of the rules in metrics.smk, used by them only; it
+# includes this file above its rules (`snakemake --lint` flags a file that mixes rules
+# and functions). What several stages share: common.smk.
+
+
+def checkpoint_files(pattern, **extra):
+    """`pattern` formatted for every (model, revision) of the plan."""
+    return [
+        pattern.format(run=RUN, model=model, revision=revision, **extra)
+        for model, revision in PLAN.checkpoints()
+    ]
+
+
+def metric_files(metric):
+    """The per-checkpoint files of a planned metric, for every checkpoint of the plan."""
+    if METRICS[metric].reads == "weights":
+        return checkpoint_files(WEIGHT_METRIC_FILES[metric])
+    return checkpoint_files(
+        "results/{run}/metrics/{metric}/{model}/{revision}.json", metric=metric
+    )
+
+
+def get_metric_table_inputs(wildcards):
+    """Rule tabulate_metric: the metric's per-checkpoint files and the tables it needs."""
+    metric = METRICS[METRIC_TABLES[wildcards.table]]
+    needs = metric.tables[wildcards.table].needs
+    return dict(
+        files=metric_files(metric.name),
+        **{name: f"results/{RUN}/tables/{name}.csv" for name in needs},
+    )
