@@ -39,24 +39,28 @@ from lmsat.metrics import METRICS  # noqa: E402
 
 def toy_model_and_tokens(name: str, sequences: int, seq_len: int):
     """The default run's trained toy model `name` at its final revision, with the run's
-    tokenizer and eval text: located by the run's own plan, loaded by the job's loader."""
+    tokenizer and eval text from the run's directory, loaded by the job's loader."""
     import os
+    from dataclasses import replace
 
     from lmsat.config import load_plan, load_yaml
     from lmsat.models import ModelLoadError, load_causal_lm, load_tokenizer
 
-    os.chdir(ROOT)  # the plan's paths are relative to the repository
+    os.chdir(ROOT)  # the run's paths are relative to the repository
     plan = load_plan(load_yaml("config/config.yaml"), "workflow/schemas/config.schema.yaml")
     if name not in plan.models:
         raise SystemExit(f"{name} is not a model of config/config.yaml: use one of {', '.join(plan.models)}")
-    entry, revision = plan.models[name], plan.models[name].revisions[-1]
+    # where the default run's files are, as workflow/rules/common.smk lays them out
+    run = f"results/{plan.run}"
+    entry = replace(plan.models[name], hub_cache=f"{run}/toy/hub")
+    revision = entry.revisions[-1]
     try:
         model = load_causal_lm(entry, revision, dtype="float32")
     except ModelLoadError as error:
-        raise SystemExit(f"{error}\nbuild it first: `snakemake --cores 1 {entry.results}/toy/models/{name}.json`") from None
-    tokenizer = load_tokenizer(plan.config["tokenizers"][entry.tokenizer], entry.tokenizer)
+        raise SystemExit(f"{error}\nbuild it first: `snakemake --cores 1 {run}/toy/models/{name}.json`") from None
+    tokenizer = load_tokenizer(dict(plan.config["tokenizers"][entry.tokenizer], id=f"{run}/toy/tokenizer"), entry.tokenizer)
     corpus = plan.config["corpora"][plan.config["sample"]["corpus"]]
-    text = Path(corpus["files"][0]).read_text()
+    text = Path(f"{run}/corpora/synthetic/{corpus['split']}.txt").read_text()
     ids = np.asarray(tokenizer(text[: 40 * sequences * seq_len])["input_ids"], dtype=np.int64)
     if ids.size < sequences * seq_len:
         raise SystemExit(f"eval text has only {ids.size} tokens; ask for fewer")

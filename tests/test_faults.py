@@ -81,7 +81,8 @@ def entry(**kwargs) -> ModelEntry:
     base = dict(
         name="mirror", suite="hub", source="hub", id=MIRROR_ID, hidden_size=16, vocab_size=264, n_params=0,
         tokenizer="toy", tokens_per_step=256, revisions=(MIRROR_REVISION,), steps=(1,), allow_pickle=False,
-        trust_remote_code=False, key="suites.hub.models[0]", results="results/default",
+        trust_remote_code=False, key="suites.hub.models[0]",
+        hub_cache="results/default/weights/mirror/{revision}",  # as common.smk sets it
     )
     return ModelEntry(**{**base, **kwargs})
 

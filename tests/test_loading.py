@@ -362,7 +362,7 @@ def test_a_broken_hub_cache_snapshot_names_its_file_and_the_refetch(tiny_neox, t
     """A hub model's revision lives in results/<run>/weights/{model}/{revision} (rule
     fetch_checkpoint): a clean snapshot loads, a truncated one names the file and the directory to delete."""
     results = tmp_path / "results" / "default"
-    model = entry(tmp_path, source="hub", id="org/tiny", results=str(results))
+    model = entry(tmp_path, source="hub", id="org/tiny", hub_cache=f"{results}/weights/tiny/{{revision}}")
     hub.publish_revision(tiny_neox, None, model.cache_dir(REVISION), "org/tiny", REVISION)
     load_causal_lm(model, REVISION)
     snapshot = hub.snapshot_path(model.cache_dir(REVISION), "org/tiny", REVISION)

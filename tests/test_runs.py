@@ -126,13 +126,12 @@ def test_a_slice_is_a_run_of_its_own(default_config):
     sliced = dict(default_config, select={"models": ["toy-d32"], "revisions": ["step0", "step800"]})
     plan, full = load_plan(sliced, SCHEMA), load_plan(default_config, SCHEMA)
     assert full.run == "default"
-    assert re.fullmatch(r"default-[0-9a-f]{8}", plan.run) and plan.results == f"results/{plan.run}"
+    assert re.fullmatch(r"default-[0-9a-f]{8}", plan.run)
     assert plan.run == load_plan(sliced, SCHEMA).run  # the same selection finds its directory again
     assert load_plan(dict(sliced, run="default"), SCHEMA).run == plan.run  # naming the full run: still its own
     other = dict(default_config, select={"models": ["toy-d32"], "revisions": ["step800"]})
     assert load_plan(other, SCHEMA).run != plan.run
     assert plan.models["toy-d32"].revisions == ("step0", "step800")
-    assert plan.models["toy-d32"].results == f"results/{plan.run}"
     # training: every revision of the schedule, whichever the slice reads
     assert plan.trained["toy-d32"].revisions == full.models["toy-d32"].revisions
     assert set(plan.trained) == {"toy-d32"} and full.trained == full.models

@@ -303,7 +303,7 @@ def _check_local_weights(directory: Path, allow_pickle: bool, key: str) -> None:
         raise ConfigError(key, f"{directory} has no {' or '.join(accepted)}", fix)
 
 
-def _models(config: dict, results: str) -> dict[str, ModelEntry]:
+def _models(config: dict) -> dict[str, ModelEntry]:
     models: dict[str, ModelEntry] = {}
     for suite_name, suite in config["suites"].items():
         check_path_name(f"suites.{suite_name}", suite_name, "suite name")
@@ -366,7 +366,6 @@ def _models(config: dict, results: str) -> dict[str, ModelEntry]:
                 # By name, not index: the entry reaches jobs as a param, so an index would make
                 # inserting or reordering models rerun every later model's jobs.
                 key=f"suites.{suite_name}.models[name={name}]",
-                results=results,
                 gated=suite["gated"],
                 tied_head=model["tied_head"],
             )
@@ -534,17 +533,6 @@ def _check_ngrams(config: dict, models: dict[str, ModelEntry]) -> None:
         )
 
 
-def _locate_run_files(config: dict, results: str) -> None:
-    """Point the files the pipeline itself builds (toy tokenizer, synthetic corpus) into the
-    run's directory, so jobs read them from their spec like any local file."""
-    for spec in config["tokenizers"].values():
-        if spec["source"] == "toy":
-            spec["id"] = f"{results}/toy/tokenizer"
-    for spec in config["corpora"].values():
-        if spec["type"] == "synthetic":
-            spec["files"] = [f"{results}/corpora/synthetic/{spec['split']}.txt"]
-
-
 def _canonical(value, keep_order: bool = False):
     """`value` with every mapping's keys sorted (lists keep their order): Snakemake compares
     params as written, so reordering keys in a config file would rerun every job. The
@@ -649,9 +637,7 @@ def load_plan(config: dict, schema: str | Path | dict, default_run: str = "defau
     config = select(whole)
     if config is not whole:  # a slice never writes into its full run (slice_run)
         config["run"] = slice_run(config["run"], config["select"])
-    results = f"results/{config['run']}"
-    _locate_run_files(config, results)
-    models = _models(config, results)
+    models = _models(config)
     _refuse_ambiguous_plan(config, models)
     _check_references(config, models)
     _check_sections(config, models)
@@ -662,8 +648,7 @@ def load_plan(config: dict, schema: str | Path | dict, default_run: str = "defau
         for suite in unselected["suites"].values():
             suite["models"] = [m for m in suite["models"] if m["name"] in models]
         unselected["suites"] = {name: s for name, s in unselected["suites"].items() if s["models"]}
-        _locate_run_files(unselected, results)
-        trained = _models(unselected, results)
+        trained = _models(unselected)
     return Plan(config=config, models=by_size(models), trained=trained)
 
 

@@ -32,8 +32,8 @@ FOOTER_KEY = "lmsat_staged"
 
 def corpus_inputs(spec: dict) -> list[str]:
     """Files a corpus reads (what a Snakemake rule must wait for). A synthetic corpus is the
-    split that rule build_synthetic_language writes into the run's directory, located by
-    lmsat.config.load_plan."""
+    split that rule build_synthetic_language writes into the run's directory, which the
+    workflow puts in its spec (workflow/rules/common.smk)."""
     if spec["type"] in ("synthetic", "text_files"):
         return list(spec["files"])
     return []

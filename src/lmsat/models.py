@@ -3,7 +3,8 @@
 Hub models (Pythia, OLMo, ...), local directories and the embedded toy suite all go
 through the same call, and never download: a hub checkpoint is read from the hub cache
 that rule fetch_checkpoint filled for it (results/weights/{model}/{revision},
-lmsat.fetch), the toy suite from its own (results/toy/hub), so
+lmsat.fetch), the toy suite from its own (results/toy/hub): the one the entry's
+`hub_cache` names (the workflow sets it), so
 `from_pretrained("lmsat-toy/toy-d16", revision="step64", local_files_only=True)`
 resolves its revision exactly as it would for Pythia.
 """
@@ -191,7 +192,7 @@ def load_tokenizer(spec: dict, name: str, policy=None):
         if not os.path.isdir(spec["staged"]):
             raise StagingMissing(f"tokenizer {name} ({spec['id']})", spec["staged"], "stage_tokenizer")
         target, kwargs = spec["staged"], dict(local_files_only=True)
-    elif spec["source"] in ("toy", "local"):  # a toy tokenizer's id is its run's directory (load_plan)
+    elif spec["source"] in ("toy", "local"):  # a toy tokenizer's id is its run's directory (common.smk)
         target, kwargs = spec["id"], dict(local_files_only=True)
     else:
         target, kwargs = spec["id"], dict(revision=spec["revision"])

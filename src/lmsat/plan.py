@@ -31,7 +31,9 @@ class ModelEntry:
     trust_remote_code: bool  # run the repository's own code
     key: str  # config key of this model, by name (suites.s.models[name=x]), for error messages
     num_layers: int = 0  # transformer blocks, checked when loaded (0 = unknown; sizes jobs)
-    results: str = "results"  # the run's output directory (results/<run>)
+    # The hub cache holding its checkpoints, "{revision}" where a revision's own goes; set by
+    # the workflow, which decides where files go ("" = a local directory, or the default cache).
+    hub_cache: str = ""
     gated: str = ""  # license to accept on the hub before downloading ("" = not gated)
     tied_head: bool | None = None  # head is the input embedding (None = not stated)
 
@@ -41,13 +43,9 @@ class ModelEntry:
         return f"https://huggingface.co/{self.id}"
 
     def cache_dir(self, revision: str) -> str | None:
-        """Hub cache holding `revision`: the toy suite's own, or the one that rule
-        fetch_checkpoint fills for this hub checkpoint (None: a local directory)."""
-        if self.source == "toy":
-            return toy_hub_cache(self.results)
-        if self.source == "hub":
-            return f"{self.results}/weights/{self.name}/{revision}"
-        return None
+        """Hub cache holding `revision` (`hub_cache` formatted); None: a local directory, or
+        an entry the workflow gave no cache (from_pretrained's default one)."""
+        return self.hub_cache.format(revision=revision) if self.hub_cache else None
 
     def pretrained_source(self, revision: str, cache_dir: str | None = None) -> tuple[str, dict]:
         """(target, kwargs) for `from_pretrained(target, **kwargs)` to load `revision` offline:
@@ -94,16 +92,6 @@ class Plan:
     def run(self) -> str:
         return self.config["run"]
 
-    @property
-    def results(self) -> str:
-        """Where this run's outputs go; logs go to logs/<run>."""
-        return f"results/{self.run}"
-
     def checkpoints(self) -> list[tuple[str, str]]:
         """Every (model, revision) pair, suite by suite, in training order."""
         return [(m.name, r) for m in self.models.values() for r in m.revisions]
-
-
-def toy_hub_cache(results: str) -> str:
-    """The hub cache the toy suite's checkpoints are published to (rule train_toy_model)."""
-    return f"{results}/toy/hub"

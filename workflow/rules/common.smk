@@ -98,8 +98,40 @@ PLAN = load_plan(
         else "default"
     ),
 )
-CONFIG = PLAN.config
 RUN = PLAN.run
+# Where this run's files go is the workflow's to say; the library computes on the paths it
+# is given: the files the pipeline builds itself (toy tokenizer, synthetic corpus) are read
+# from their spec like any local file, and each model's entry names the hub cache that its
+# jobs load its checkpoints from ("" = a local directory).
+# the hub cache that rule train_toy_model publishes the toy suite's checkpoints to
+TOY_HUB_CACHE = f"results/{RUN}/toy/hub"
+for _spec in PLAN.config["tokenizers"].values():
+    if _spec["source"] == "toy":
+        _spec["id"] = f"results/{RUN}/toy/tokenizer"
+for _spec in PLAN.config["corpora"].values():
+    if _spec["type"] == "synthetic":
+        _spec["files"] = [f"results/{RUN}/corpora/synthetic/{_spec['split']}.txt"]
+
+
+def hub_cache(entry):
+    """Where `entry`'s checkpoints are, "{revision}" for the revision: the toy suite's hub
+    cache, or the one that rule fetch_checkpoint fills for each revision of a hub model.
+    """
+    if entry.source == "toy":
+        return TOY_HUB_CACHE
+    if entry.source == "hub":
+        return f"results/{RUN}/weights/{entry.name}/{{revision}}"
+    return ""
+
+
+PLAN = replace(
+    PLAN,
+    **{
+        field: {n: replace(e, hub_cache=hub_cache(e)) for n, e in entries.items()}
+        for field, entries in (("models", PLAN.models), ("trained", PLAN.trained))
+    },
+)
+CONFIG = PLAN.config
 # Jobs read operational settings (schema: `operational: true`; resources, threads, device,
 # retries) from the validated config, never through params: raising mem_mb after an OOM
 # or changing the device must not rerun a finished job. RESULT_CONFIG is what may reach
