@@ -45,7 +45,6 @@ from lmsat.fetch import checkpoint_disk_mb, estimated_parameters
 from lmsat.headcache import shard_count
 from lmsat.integrity import selected_revision as checked_selection
 from lmsat.hub import repo_dir
-from lmsat.figures import FIGURES
 from lmsat.fingerprint import FETCHED_MARKER, changed_files, weights_fingerprint
 from lmsat.io import read_json
 from lmsat.metrics import METRICS, table_metric
@@ -144,7 +143,7 @@ NGRAMS = CONFIG["ngrams"]
 NGRAM_CORPORA = NGRAMS["corpora"]  # empty: no Fig. 7
 NGRAM_TOKENIZERS = ngram_tokenizers(CONFIG, MODELS)
 # The planned metrics (lmsat.metrics; load_plan checks the names and what their tables
-# need), the tables they aggregate into and the figures that draw those (lmsat.figures).
+# need) and the tables they aggregate into (the figures: products.smk).
 PLANNED_METRICS = CONFIG["metrics"] or list(METRICS)
 CACHE_METRICS = [m for m in PLANNED_METRICS if METRICS[m].reads == "cache"]
 WEIGHT_METRICS = [m for m in PLANNED_METRICS if METRICS[m].reads == "weights"]
@@ -156,9 +155,6 @@ METRIC_TABLES = {
     for table, metric in table_metric().items()
     if metric in PLANNED_METRICS
 }
-METRIC_FIGURES = [
-    stem for stem in FIGURES if any(stem in METRICS[m].figures for m in PLANNED_METRICS)
-]
 # A slice (`select`) writes under a run directory of its own (lmsat.config.slice_run).
 if any(CONFIG["select"].values()) and workflow.is_main_process:
     print(
@@ -493,67 +489,7 @@ def metric_table_inputs(wildcards):
     )
 
 
-def metric_figure_inputs(wildcards):
-    """Rule plot_metric_figure: the figure's tables (and the synthetic language for the
-    entropy rate, when the figure draws it)."""
-    figure = FIGURES[wildcards.figure]
-    inputs = {name: f"results/{RUN}/tables/{name}.csv" for name in figure.tables}
-    return dict(inputs, language=synthetic_reference() if figure.entropy_rate else [])
-
-
-def metric_figure_options(wildcards):
-    """The config values a figure draws with (FIGURES[...].options: keyword -> dotted key)."""
-    options = {}
-    for keyword, dotted in FIGURES[wildcards.figure].options.items():
-        value = CONFIG
-        for key in dotted.split("."):
-            value = value[key]
-        options[keyword] = value
-    return options
-
-
-def synthetic_reference():
-    """The synthetic language (for its entropy rate) when the eval corpus is synthetic."""
-    corpus = CONFIG["corpora"][CONFIG["sample"]["corpus"]]
-    return TOY_LANGUAGE if corpus["type"] == "synthetic" else []
-
-
-def final_outputs():
-    """Everything the workflow makes by default: the core outputs, the rendered tables and summary."""
-    return core_outputs() + report_outputs()
-
-
-def core_outputs():
-    """Every planned metric's tables and figures, and the other sections' outputs."""
-    return (
-        [f"results/{RUN}/tables/{table}.csv" for table in METRIC_TABLES]
-        + [
-            f"results/{RUN}/figures/{stem}.{ext}"
-            for stem in METRIC_FIGURES
-            for ext in ("png", "pdf")
-        ]
-        + expand(
-            bottleneck_outputs()
-            + ngram_outputs()
-            + evaluation_outputs()
-            + scaling_outputs(),
-            run=RUN,
-        )
-    )
-
-
 # ---------------------------------------------------------------- Table 1 (evaluation.smk)
-
-
-def evaluation_outputs():
-    """Table 1, when tasks are configured (for final_outputs in common.smk)."""
-    if not EVALUATION["tasks"]:
-        return []
-    return [
-        "results/{run}/tables/table1.csv",
-        "results/{run}/tables/table1.md",
-        "results/{run}/tables/table1.tex",
-    ]
 
 
 def selected_revision(model, kind):
@@ -629,19 +565,6 @@ def evaluation_records():
 # ---------------------------------------------------------------- Fig. 1b (scaling.smk)
 
 
-def scaling_outputs():
-    """The fit, the shortfall table and Fig. 1b (for final_outputs in common.smk), unless
-    scaling.enabled is false."""
-    if not SCALING["enabled"]:
-        return []
-    return [
-        "results/{run}/tables/scaling_fit.csv",
-        "results/{run}/tables/scaling_shortfall.csv",
-        "results/{run}/figures/fig1b_scaling.png",
-        "results/{run}/figures/fig1b_scaling.pdf",
-    ]
-
-
 def parameter_counts():
     """Counts of the Fig. 1b models whose n_params the config leaves at 0 (read from their
     config)."""
@@ -687,34 +610,6 @@ def final_spectrum(model):
     return f"results/{RUN}/spectra/{model}/{MODELS[model].final_revision}.h5"
 
 
-def heads_on_synthetic():
-    """Whether the heads' eval pairs come from the synthetic language (entropy rate known)."""
-    corpus = CONFIG["corpora"][HEAD_SET_CORPORA["eval"]]
-    return bool(BOTTLENECK["models"]) and corpus["type"] == "synthetic"
-
-
-def bottleneck_outputs():
-    outputs = []
-    if BOTTLENECK["models"]:
-        outputs += [
-            "results/{run}/tables/bottleneck_heads.csv",
-            "results/{run}/tables/bottleneck_lr_search.csv",
-        ]
-        outputs += expand(
-            "results/{run}/figures/{fig}.{ext}",
-            run="{run}",
-            fig=("fig6_rank_heads", "fig8_werror_loss"),
-            ext=("png", "pdf"),
-        )
-    if CONFIG["ngrams"]["ground_truth"]["sample_sizes"]:
-        outputs += expand(
-            "results/{run}/figures/ground_truth_bottleneck.{ext}",
-            run="{run}",
-            ext=("png", "pdf"),
-        )
-    return outputs
-
-
 def ngram_inputs(wildcards):
     synthetic = CONFIG["corpora"][wildcards.corpus]["type"] == "synthetic"
     toy = CONFIG["tokenizers"][wildcards.tokenizer]["source"] == "toy"
@@ -722,220 +617,3 @@ def ngram_inputs(wildcards):
         corpus=sample_inputs(wildcards),
         language=TOY_LANGUAGE if synthetic and toy else [],
     )
-
-
-def ngram_outputs():
-    if not NGRAM_CORPORA:
-        return []
-    return [
-        "results/{run}/tables/ngram_werror.csv",
-        "results/{run}/figures/fig7_ngram_werror.png",
-        "results/{run}/figures/fig7_ngram_werror.pdf",
-    ]
-
-
-# ---------------------------------------------------------------- the report and named targets
-# One entry per section of the report and per named target rule (`snakemake fig1a`,
-# rules in report.smk): category, subcategory, its figures (results/figures/<stem>.png and
-# .pdf) and the tables its caption cites (results/tables/<name>.csv, rendered by rule
-# render_table as results/report/<name>.html next to the figure). The metric figures'
-# sections come from their registry (lmsat.figures.FIGURES), the others are listed here.
-METRIC_SECTIONS = {}
-for stem, figure in FIGURES.items():
-    section = METRIC_SECTIONS.setdefault(
-        figure.target, (figure.category, figure.title, [], [])
-    )
-    section[2].append(stem)
-    section[3].extend(t for t in figure.tables + figure.cites if t not in section[3])
-OTHER_SECTIONS = {
-    "fig1b": (
-        "Saturation",
-        "Fig. 1b: scaling law",
-        ["fig1b_scaling"],
-        ["scaling_fit", "scaling_shortfall"],
-    ),
-    "table1": ("Saturation", "Table 1: best vs final downstream", [], ["table1"]),
-    "fig6": (
-        "Softmax bottleneck",
-        "Fig. 6: rank-constrained heads",
-        ["fig6_rank_heads"],
-        ["bottleneck_heads", "bottleneck_lr_search"],
-    ),
-    "fig7": (
-        "Softmax bottleneck",
-        "Fig. 7: n-gram W-error",
-        ["fig7_ngram_werror"],
-        ["ngram_werror"],
-    ),
-    "fig8": ("Softmax bottleneck", "Fig. 8: loss vs W-error", ["fig8_werror_loss"], []),
-    "ground_truth": (
-        "Softmax bottleneck",
-        "Ground truth of the bottleneck",
-        ["ground_truth_bottleneck"],
-        ["ngram_ground_truth"],
-    ),
-}
-# category by category, in order of first appearance (Saturation, ..., Softmax bottleneck)
-_SECTIONS = {**METRIC_SECTIONS, **OTHER_SECTIONS}
-_CATEGORIES = list(dict.fromkeys(category for category, *_ in _SECTIONS.values()))
-REPORT_SECTIONS = dict(
-    sorted(_SECTIONS.items(), key=lambda item: _CATEGORIES.index(item[1][0]))
-)
-SUMMARY_HTML = f"results/{RUN}/report/summary.html"
-CAPTIONS = WORKFLOW_DIR / "report"
-SECTION_OF_FIGURE = {
-    stem: target
-    for target, (_, _, stems, _) in REPORT_SECTIONS.items()
-    for stem in stems
-}
-SECTION_OF_TABLE = {
-    name: target
-    for target, (_, _, _, names) in REPORT_SECTIONS.items()
-    for name in names
-}
-
-
-def section_files(target):
-    """The figures (PNG, PDF), tables (CSV) and rendered tables (HTML) of one section."""
-    _, _, stems, names = REPORT_SECTIONS[target]
-    return (
-        [
-            f"results/{RUN}/figures/{stem}.{ext}"
-            for stem in stems
-            for ext in ("png", "pdf")
-        ]
-        + [f"results/{RUN}/tables/{name}.csv" for name in names]
-        + [f"results/{RUN}/report/{name}.html" for name in names]
-    )
-
-
-def sections_made():
-    """The sections whose figure or table this config makes (final_outputs names it)."""
-    made = set(core_outputs())
-    return [
-        target
-        for target in REPORT_SECTIONS
-        if any(path in made for path in section_files(target))
-    ]
-
-
-def target_files(target):
-    """Input of the named target rule `target` (report.smk); an error if the config makes none."""
-    if target not in sections_made():
-        raise ValueError(
-            f"target {target}: this config makes no {target} (its config section turns it off); "
-            f"targets this config makes: {', '.join(sections_made())}"
-        )
-    return section_files(target)
-
-
-def target(name):
-    """Input function of the named target rule `name` (evaluated only when it is targeted)."""
-    return lambda wildcards: target_files(name)
-
-
-def figure_report(path):
-    """`path` (results/figures/<stem>.png or .pdf) marked for the report, in its section,
-    with the figure's caption (workflow/report/<stem>.rst)."""
-    stem = Path(path).stem
-    category, subcategory, _, _ = REPORT_SECTIONS[SECTION_OF_FIGURE[stem]]
-    return report(
-        path,
-        caption=f"../report/{stem}.rst",
-        category=category,
-        subcategory=subcategory,
-    )
-
-
-def metric_figure_report(path):
-    """`path` (results/figures/{figure}.png or .pdf) of rule plot_metric_figure, marked for
-    the report in its section, with its caption (metric_figure_caption)."""
-    return report(
-        path,
-        caption="../report/metric_figure.rst",
-        category=lambda wildcards: FIGURES[wildcards.figure].category,
-        subcategory=lambda wildcards: FIGURES[wildcards.figure].title,
-    )
-
-
-def one_line(caption):
-    """A caption (one RST paragraph) on one line, its "quotes" curly: the report lists a job's
-    params with each newline as a literal \\n and each straight double quote as \\", and a
-    paragraph's lines joined render the same."""
-    return re.sub(r'"([^"]*)"', "\u201c\\1\u201d", " ".join(caption.split()))
-
-
-def metric_figure_caption(wildcards):
-    """workflow/report/<stem>.rst where the figure has one, else its registry caption."""
-    own = CAPTIONS / f"{wildcards.figure}.rst"
-    return one_line(
-        own.read_text() if own.exists() else FIGURES[wildcards.figure].caption
-    )
-
-
-def table_category(wildcards):
-    return REPORT_SECTIONS[SECTION_OF_TABLE[wildcards.table]][0]
-
-
-def table_subcategory(wildcards):
-    return REPORT_SECTIONS[SECTION_OF_TABLE[wildcards.table]][1]
-
-
-def table_caption(wildcards):
-    """Caption text of a rendered table: workflow/report/<table>.rst where the table has its
-    own, and always the figure or table whose caption cites it."""
-    name = wildcards.table
-    own = CAPTIONS / f"{name}.rst"
-    text = own.read_text() if own.exists() else ""
-    section = REPORT_SECTIONS[SECTION_OF_TABLE[name]][1]
-    return one_line(
-        f"{text} ``results/{RUN}/tables/{name}.csv``, cited by {section}; click a column "
-        "header to sort, and download the CSV from the link above the table."
-    )
-
-
-def report_outputs():
-    """The rendered tables of every section this config makes, the summary page and the
-    published evaluations beside it (named, so that a finished run makes the new table).
-    """
-    return [
-        f"results/{RUN}/report/{name}.html"
-        for target in sections_made()
-        for name in REPORT_SECTIONS[target][3]
-    ] + [SUMMARY_HTML, f"results/{RUN}/tables/published_evals.csv"]
-
-
-def summary_figures():
-    """[title, PNG path] of every figure this config makes, in the report's order: the
-    summary links each (one click from it to the figure and its caption)."""
-    made = set(core_outputs())
-    figures = []
-    for target in REPORT_SECTIONS:
-        _, title, stems, _ = REPORT_SECTIONS[target]
-        for stem in stems:
-            path = f"results/{RUN}/figures/{stem}.png"
-            if path in made:
-                figures.append(
-                    [title if len(stems) == 1 else f"{title} ({stem})", path]
-                )
-    return figures
-
-
-def summary_inputs(wildcards):
-    """The tables the summary reads: loss always; the fit, Table 1 and the rank-r heads
-    when the config makes them (the summary builds from whatever the run has)."""
-    made = sections_made()
-    inputs = dict(loss=f"results/{RUN}/tables/loss.csv")
-    if "fig1b" in made:
-        inputs["fit"] = f"results/{RUN}/tables/scaling_fit.csv"
-        inputs["shortfall"] = f"results/{RUN}/tables/scaling_shortfall.csv"
-    if "table1" in made:
-        inputs["table1"] = f"results/{RUN}/tables/table1.csv"
-    if "fig6" in made:
-        inputs["heads"] = f"results/{RUN}/tables/bottleneck_heads.csv"
-    if "table1" in made:  # beside EleutherAI's published evaluations (lmsat.published)
-        inputs["evaluations"] = evaluation_records()
-    identical = f"results/{RUN}/tables/identical_weights.csv"
-    if identical in core_outputs():
-        inputs["identical"] = identical
-    return inputs

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.colors import ListedColormap, Normalize
 
+from lmsat.figures.registry import DEGENERATION, figure
 from lmsat.figures.style import (
     IDENTICAL_NOTE,
     colours,
@@ -37,6 +38,8 @@ ATTENTION_PANELS = (  # (column, y label); linear axes show "towards 1" and "tow
 )
 
 
+@figure("fig2_anisotropy_depth", tables=("anisotropy_layers",), target="fig2", category=DEGENERATION,
+        title="Fig. 2: anisotropy by depth", options={"suites": "figures.anisotropy_suites"})
 def plot_anisotropy_depth(layers: pd.DataFrame, paths, suites: list[str] | None = None):
     """Fig. 2: anisotropy vs relative layer depth at each model's final checkpoint.
 
@@ -65,6 +68,8 @@ def plot_anisotropy_depth(layers: pd.DataFrame, paths, suites: list[str] | None 
     return save_figure(fig, paths)
 
 
+@figure("fig3_anisotropy_training", tables=("anisotropy_training",), target="fig3", category=DEGENERATION,
+        title="Fig. 3: anisotropy along training")
 def plot_anisotropy_training(training: pd.DataFrame, paths):
     """Fig. 3: loss along training, points coloured by last-layer anisotropy; a panel per model,
     by size (in_table_order), row by row."""
@@ -86,6 +91,8 @@ def plot_anisotropy_training(training: pd.DataFrame, paths):
     return save_figure(fig, paths)
 
 
+@figure("fig4_head_spectra", tables=("spectra",), target="fig4", category=DEGENERATION, title="Fig. 4: head spectra",
+        cites=("identical_weights",))
 def plot_head_spectra(spectra: pd.DataFrame, paths):
     """Fig. 4: LM-head singular values / the largest, one curve per checkpoint (colour = step:
     each step present its own colour, evenly by rank, `step_colours`).
@@ -117,6 +124,8 @@ def plot_head_spectra(spectra: pd.DataFrame, paths):
     return save_figure(fig, paths)
 
 
+@figure("fig5_singular_entropy", tables=("singular_entropy",), target="fig5", category=DEGENERATION,
+        title="Fig. 5: singular entropy", options={"power": "spectra.entropy_power"})
 def plot_singular_entropy(entropy: pd.DataFrame, paths, power: int = 1):
     """Fig. 5: singular entropy KL(p || uniform) of the head along training, a line per model (by size).
 
@@ -153,6 +162,8 @@ def attention_medians(attention: pd.DataFrame) -> pd.DataFrame:
     return attention.groupby(keys, sort=False)[columns].median().reset_index()
 
 
+@figure("attention_lowrank", tables=("attention_lowrank",), target="attention", category="Low-rank attention",
+        title="Low-rank attention products")
 def plot_attention_lowrank(attention: pd.DataFrame, paths):
     """Low-rank attention along training: a row per model (by size), a column per metric.
 
@@ -193,6 +204,8 @@ def plot_attention_lowrank(attention: pd.DataFrame, paths):
     return save_figure(fig, paths)
 
 
+@figure("effective_rank", tables=("effective_rank",), target="effective_rank", category=DEGENERATION,
+        title="Effective rank of the last layer")
 def plot_effective_rank(table: pd.DataFrame, paths):
     """Effective rank (solid: as is, dashed: centred) and singular entropy of the last-layer
     representations along training; a line per model, by size (in_table_order)."""

@@ -19,12 +19,24 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")  # the only place: every figure module imports plt from here
-import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.colors import BoundaryNorm, ListedColormap  # noqa: E402
 from matplotlib.ticker import Formatter, Locator, NullFormatter, NullLocator  # noqa: E402
 
 from lmsat.io import atomic_path  # noqa: E402
+
+
+class _Pyplot:
+    """matplotlib.pyplot, imported on first use: the workflow imports every figure module at
+    DAG time to read its registry entries, and pyplot alone takes over a second to import."""
+
+    def __getattr__(self, name):
+        import matplotlib.pyplot
+
+        return getattr(matplotlib.pyplot, name)
+
+
+plt = _Pyplot()
 
 IDENTICAL_NOTE = "hollow/dashed: head or embedding bit-identical to another revision's (tables/identical_weights.csv)"
 
