@@ -1,19 +1,15 @@
 # The workflow's products, from two registries: every table by name (metric tables:
-# lmsat.metrics, rule tabulate_metric; the others: RULE_TABLES below, each written by a rule
-# of its own) and every figure (lmsat.figures.FIGURES, declared beside its plot function).
+# lmsat.metrics, written by tabulate_metric; the others: RULE_TABLES below, each written
+# by a rule of its own) and every figure (lmsat.figures.FIGURES, declared beside its plot function).
 # A figure is planned exactly when all its tables are, drawn by the one rule plot_figure,
 # and is in the report with its caption workflow/report/<stem>.rst. The final outputs, the
-# report's sections and the named target rules (report.smk) all come from here: adding a
-# figure takes its plot function and its caption, no rule.
+# report's sections and the named target rules all come from here: adding a figure takes
+# its plot function and its caption, no rule. The rules are in report.smk (this file holds
+# their Python: snakemake --lint wants rules and functions in separate files).
 from lmsat.figures import FIGURES
 
-
-localrules:
-    plot_figure,
-
-
-# Tables written by a rule of their own, as results/{run}/tables/<name>.csv: name -> (that
-# rule, whether this config runs it). Figures name them as they name metric tables.
+# Tables that rules of their own write (results/{run}/tables/<name>.csv); name -> (the
+# rule's name, whether this config runs it). Figures name them as they name metric tables.
 RULE_TABLES = {
     "best_final": ("select_checkpoints", True),
     "scaling_fit": ("fit_scaling_law", SCALING["enabled"]),
@@ -35,13 +31,13 @@ TABLE_SECTIONS = {
 }
 # every table: name -> the rule that writes it
 TABLES = {name: "tabulate_metric" for name in table_metric()}
-for _name, (_rule, _) in RULE_TABLES.items():
+for _name, (_writer, _) in RULE_TABLES.items():
     if _name in TABLES:
         raise WorkflowError(
             f"table {_name}: both metric {table_metric()[_name]} (lmsat.metrics) and rule "
-            f"{_rule} (RULE_TABLES in workflow/rules/products.smk) write it; fix: rename one"
+            f"{_writer} (RULE_TABLES in workflow/rules/products.smk) write it; fix: rename one"
         )
-    TABLES[_name] = _rule
+    TABLES[_name] = _writer
 PLANNED_TABLES = [*METRIC_TABLES, *(n for n, (_, on) in RULE_TABLES.items() if on)]
 CAPTIONS = WORKFLOW_DIR / "report"
 for _stem, _figure in FIGURES.items():
@@ -128,16 +124,13 @@ def table_outputs():
     others (Table 1's .md and .tex beside its CSV, the summary page beside its tables).
     """
     outputs = [f"results/{RUN}/tables/{name}.csv" for name in METRIC_TABLES]
-    for rule_name in dict.fromkeys(r for n, (r, on) in RULE_TABLES.items() if on):
-        written = list(getattr(rules, rule_name).output)
-        for name, (rule, _) in RULE_TABLES.items():
-            if (
-                rule == rule_name
-                and f"results/{{run}}/tables/{name}.csv" not in written
-            ):
+    for writer in dict.fromkeys(r for r, on in RULE_TABLES.values() if on):
+        written = list(getattr(rules, writer).output)
+        for name in [n for n, (r, _) in RULE_TABLES.items() if r == writer]:
+            if f"results/{{run}}/tables/{name}.csv" not in written:
                 raise WorkflowError(
-                    f"RULE_TABLES (workflow/rules/products.smk): rule {rule} does not write "
-                    f"results/{{run}}/tables/{name}.csv (its outputs: {', '.join(written)})"
+                    f"RULE_TABLES (workflow/rules/products.smk): rule {writer} does not "
+                    f"write results/{{run}}/tables/{name}.csv (it writes {', '.join(written)})"
                 )
         outputs += expand(written, run=RUN)
     return outputs
@@ -161,7 +154,7 @@ def report_outputs():
 
 
 def get_final_outputs():
-    """Everything the workflow makes by default (rule all): tables, figures, report."""
+    """Everything the workflow makes by default (the input of `all`): tables, figures, report."""
     return list(dict.fromkeys(table_outputs() + figure_outputs() + report_outputs()))
 
 
@@ -220,20 +213,76 @@ def figure_report(path):
     )
 
 
-rule plot_figure:
-    input:
-        unpack(get_figure_inputs),
-    output:
-        png=figure_report("results/{run}/figures/{figure}.png"),
-        pdf=figure_report("results/{run}/figures/{figure}.pdf"),
-    log:
-        "logs/{run}/plot_figure/{figure}.log",
-    wildcard_constraints:
-        figure=_alternatives(PLANNED_FIGURES) or "(?!)",
-    conda:
-        "../../envs/lmsat.yaml"
-    params:
-        options=get_figure_options,
-        caption=get_figure_caption,
-    script:
-        "../scripts/plot_figure.py"
+# ---------------------------------------------------------------- the report (report.smk)
+SUMMARY_HTML = f"results/{RUN}/report/summary.html"
+
+
+def table_category(wildcards):
+    return REPORT_SECTIONS[SECTION_OF_TABLE[wildcards.table]][0]
+
+
+def table_subcategory(wildcards):
+    return REPORT_SECTIONS[SECTION_OF_TABLE[wildcards.table]][1]
+
+
+def get_table_caption(wildcards):
+    """Caption text of a rendered table: workflow/report/<table>.rst where the table has its
+    own, and always the figure or table whose caption cites it."""
+    name = wildcards.table
+    own = CAPTIONS / f"{name}.rst"
+    text = own.read_text() if own.exists() else ""
+    section = REPORT_SECTIONS[SECTION_OF_TABLE[name]][1]
+    return one_line(
+        f"{text} ``results/{RUN}/tables/{name}.csv``, cited by {section}; click a column "
+        "header to sort, and download the CSV from the link above the table."
+    )
+
+
+def summary_figures():
+    """[title, PNG path] of every figure this config makes, in the report's order: the
+    summary links each (one click from it to the figure and its caption)."""
+    figures = []
+    for _, title, stems, _ in REPORT_SECTIONS.values():
+        for stem in stems:
+            if stem in PLANNED_FIGURES:
+                path = f"results/{RUN}/figures/{stem}.png"
+                figures.append(
+                    [title if len(stems) == 1 else f"{title} ({stem})", path]
+                )
+    return figures
+
+
+def get_summary_inputs(wildcards):
+    """The tables the summary reads: loss always; the fit, Table 1, the rank-r heads and the
+    identical weights when the config makes them (the summary builds from whatever the run
+    has), and beside Table 1 EleutherAI's published evaluations (lmsat.published)."""
+    inputs = dict(loss=f"results/{RUN}/tables/loss.csv")
+    named = dict(
+        fit="scaling_fit",
+        shortfall="scaling_shortfall",
+        table1="table1",
+        heads="bottleneck_heads",
+    )
+    for key, name in named.items():
+        if name in PLANNED_TABLES:
+            inputs[key] = f"results/{RUN}/tables/{name}.csv"
+    if "table1" in PLANNED_TABLES:
+        inputs["evaluations"] = evaluation_records()
+    if "identical_weights" in PLANNED_TABLES:
+        inputs["identical"] = f"results/{RUN}/tables/identical_weights.csv"
+    return inputs
+
+
+def target_files(target):
+    """Input of the named target rule `target`; an error if the config makes none."""
+    if target not in sections_made():
+        raise ValueError(
+            f"target {target}: this config makes no {target} (its config section turns it off); "
+            f"targets this config makes: {', '.join(sections_made())}"
+        )
+    return section_files(target)
+
+
+def get_target_files(name):
+    """Input function of the named target rule `name` (evaluated only when it is targeted)."""
+    return lambda wildcards: target_files(name)
