@@ -13,7 +13,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 from lmsat.figures import FIGURES
 from lmsat.figures.bottleneck import plot_werror_loss
-from lmsat.figures.style import CompactLogLocator, compact_number, overlaps, plt
+from lmsat.figures.style import compact_number, overlaps, plt
+from lmsat.figures.ticks import CompactLogLocator
 
 TOKENS_PER_STEP = 4096  # an own toy run: 16 sequences of 256 tokens
 MODELS = ("toy-d16", "toy-d32", "toy-d64")

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from matplotlib.colors import ListedColormap, Normalize
 
 from lmsat.figures.registry import DEGENERATION, figure
 from lmsat.figures.style import (
@@ -73,6 +72,8 @@ def plot_anisotropy_depth(layers: pd.DataFrame, paths, suites: list[str] | None 
 def plot_anisotropy_training(training: pd.DataFrame, paths):
     """Fig. 3: loss along training, points coloured by last-layer anisotropy; a panel per model,
     by size (in_table_order), row by row."""
+    from matplotlib.colors import Normalize
+
     rows_all = training[training["tokens"] > 0]
     models = in_table_order(rows_all)
     norm = Normalize(rows_all["anisotropy_last"].min(), rows_all["anisotropy_last"].max())
@@ -170,6 +171,8 @@ def plot_attention_lowrank(attention: pd.DataFrame, paths):
     Lines are layers (colour = relative depth), solid for qk = W_Q^T W_K, dashed for
     vo = W_O W_V, each the median over the layer's heads.
     """
+    from matplotlib.colors import ListedColormap, Normalize
+
     medians = attention_medians(attention[attention["tokens"] > 0])
     models = in_table_order(medians)
     cmap = plt.get_cmap("plasma")
