@@ -1,11 +1,11 @@
 # The workflow's products, from two registries: every table by name (metric tables:
 # lmsat.metrics, written by tabulate_metric; the others: RULE_TABLES below, each written
-# by a rule of its own) and every figure (lmsat.figures.FIGURES, declared beside its plot function).
-# A figure is planned exactly when all its tables are, drawn by the one rule plot_figure,
-# and is in the report with its caption workflow/report/<stem>.rst. The final outputs, the
-# report's sections and the named target rules all come from here: adding a figure takes
-# its plot function and its caption, no rule. The rules are in report.smk (this file holds
-# their Python: snakemake --lint wants rules and functions in separate files).
+# by a rule of its own) and every figure (lmsat.figures.FIGURES, each declared beside its
+# plot function). A figure is planned exactly when all its tables are, drawn by the one
+# rule plot_figure, and is in the report with its caption workflow/report/<stem>.rst. The
+# final outputs, the report's sections and the named target rules all come from here:
+# adding a figure takes its plot function and its caption, no rule (docs/extending.md).
+# The rules are in report.smk (snakemake --lint wants rules and functions apart).
 from lmsat.figures import FIGURES
 
 # Tables that rules of their own write (results/{run}/tables/<name>.csv); name -> (the
