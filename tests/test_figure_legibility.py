@@ -1,6 +1,6 @@
 """Figures read well for any run: a short own run (3 or 8 checkpoints, less than a decade of
-training tokens past step 0) and a long one (Pythia's 154 steps). Every registered figure and
-the bottleneck figures are drawn by their real functions from tables shaped like the run's;
+training tokens past step 0) and a long one (Pythia's 154 steps). Every registered figure but
+the n-gram ones is drawn through the registry from tables shaped like the run's;
 no two drawn tick labels overlap (their rendered bounding boxes), each step has its own
 colour, and point labels stay inside their axes and apart."""
 
@@ -12,9 +12,9 @@ import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 from lmsat.figures import FIGURES
-from lmsat.figures.bottleneck import plot_rank_heads, plot_werror_loss
-from lmsat.figures.saturation import plot_scaling_fit
-from lmsat.figures.style import CompactLogLocator, compact_number, overlaps, plt
+from lmsat.figures.bottleneck import plot_werror_loss
+from lmsat.figures.style import compact_number, overlaps, plt
+from lmsat.figures.ticks import CompactLogLocator
 
 TOKENS_PER_STEP = 4096  # an own toy run: 16 sequences of 256 tokens
 MODELS = ("toy-d16", "toy-d32", "toy-d64")
@@ -106,12 +106,9 @@ def assert_no_overlap(fig, name):
 
 
 def draw_all(steps):
-    """name -> figure of every registered figure and the bottleneck and scaling figures."""
+    """name -> figure of every registered figure these tables draw (all but the n-gram ones)."""
     tables = run_tables(steps)
-    figures = {stem: entry.draw(tables, []) for stem, entry in FIGURES.items()}
-    heads = heads_table()
-    figures["fig6_rank_heads"] = plot_rank_heads(heads, [])
-    figures["fig8_werror_loss"] = plot_werror_loss(heads, [])
+    tables["bottleneck_heads"] = heads_table()
     points = pd.DataFrame([
         dict(model=m, n_params=n, kind=kind, tokens=t, measured=3.5 - np.log10(n) / 10, predicted=3.4,
              shortfall_pct=1.0, fitted=n > 2e5)
@@ -120,8 +117,10 @@ def draw_all(steps):
     ])
     fit = pd.Series(dict(A=10.0, alpha=0.3, B=40.0, beta=0.3, E=2.0, min_params=2e5, params="non_embedding",
                          source="fit"))
-    figures["fig1b_scaling"] = plot_scaling_fit(points, fit, [])
-    return figures
+    tables.update(scaling_shortfall=points, scaling_fit=pd.DataFrame([fit]))
+    drawn = {stem: entry for stem, entry in FIGURES.items() if set(entry.tables) <= set(tables)}
+    assert set(FIGURES) - set(drawn) == {"fig7_ngram_werror", "ground_truth_bottleneck"}
+    return {stem: entry.plot(tables, []) for stem, entry in drawn.items()}
 
 
 @pytest.mark.parametrize("n_checkpoints", [3, 8, 154])
@@ -146,7 +145,7 @@ def test_short_runs_label_their_token_axis(n_checkpoints):
 @pytest.mark.parametrize("n_checkpoints", [3, 8, 154])
 def test_each_step_has_its_own_colour_in_the_head_spectra(n_checkpoints):
     steps = run_steps(n_checkpoints)
-    fig = FIGURES["fig4_head_spectra"].draw(run_tables(steps), [])
+    fig = FIGURES["fig4_head_spectra"].plot(run_tables(steps), [])
     panels = [ax for ax in fig.axes if ax.get_title(loc="left") in MODELS]
     assert [ax.get_title(loc="left") for ax in panels] == list(MODELS)
     by_step = None

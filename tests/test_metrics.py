@@ -67,8 +67,8 @@ def test_effective_rank_table_and_figure_draw_the_records(tmp_path):
     assert list(table["model"]) == ["small"] * 3 + ["big"] * 3  # the plan's order (by size)
     assert list(table["is_final"]) == [False, False, True] * 2
     figure = FIGURES["effective_rank"]
-    assert figure.tables == ("effective_rank",) and "effective_rank" in METRICS["effective_rank"].figures
-    fig = figure.draw({"effective_rank": table}, [tmp_path / "effective_rank.png"])
+    assert figure.tables == ("effective_rank",)
+    fig = figure.plot({"effective_rank": table}, [tmp_path / "effective_rank.png"])
     assert (tmp_path / "effective_rank.png").stat().st_size > 0
     left, right = fig.axes[:2]
     assert [t.get_text() for t in left.get_legend().get_texts()] == ["small", "big"]
@@ -97,11 +97,12 @@ def test_metrics_key_plans_exactly_the_named_metrics(default_config):
         load_plan(dict(default_config, metrics=["loss"]), SCHEMA)
 
 
-def test_table_and_figure_names_are_unique_and_resolve():
-    owners = table_metric()  # raises on a table name registered twice
-    for stem, figure in FIGURES.items():
-        for table in figure.tables:
-            assert table in owners, f"figure {stem} draws {table}, which no metric tabulates"
+def test_table_names_are_unique_and_builders_are_functions():
+    table_metric()  # raises on a table name registered twice
     for metric in METRICS.values():
-        assert all(stem in FIGURES for stem in metric.figures), metric.name
         assert metric.reads in ("cache", "weights")
+        for name, table in metric.tables.items():
+            build = getattr(table.build, "func", table.build)  # a partial's function
+            assert callable(build) and build.__module__ == "lmsat.tables", (metric.name, name)
+    for stem, figure in FIGURES.items():
+        assert figure.stem == stem and callable(figure.draw) and figure.tables, stem

@@ -151,7 +151,7 @@ def test_init_reads_steps_architecture_tokens_and_tokenizer_of_a_trainer_run(sma
     line = next(line for line in done.stdout.splitlines() if "-- fig3" in line).split("#")[0].split()
     assert line[line.index("--configfile") + 1] == str(tmp_path / "mine.yaml") and line[-2:] == ["--", "fig3"]
     dry = snakemake(tmp_path, tmp_path / "mine.yaml", "-n", "--", "fig3")
-    assert dry.returncode == 0 and "plot_metric_figure" in dry.stdout, dry.stdout[-3000:]
+    assert dry.returncode == 0 and "plot_figure" in dry.stdout, dry.stdout[-3000:]
     assert not re.search(r"rule (stage_|fetch_)", dry.stdout)
     # an existing config is not overwritten
     again = init(out, "--text", small_run / "eval.txt", "-o", tmp_path / "mine.yaml")

@@ -1,8 +1,9 @@
 """Per-checkpoint metrics, registered by name: what each reads, how it is computed per
-checkpoint, how its records aggregate into tables, and which figures draw them.
+checkpoint and how its records aggregate into tables (a figure names the tables it draws:
+lmsat.figures.FIGURES).
 
 The workflow plans from this registry alone (config `metrics:` names entries; the
-`{metric}` and `{table}` wildcards resolve here; figures resolve in lmsat.figures.FIGURES):
+`{metric}` and `{table}` wildcards resolve here):
 
     reads="cache"    compute(cache) -> flat dict of JSON values, one job per checkpoint x
                      metric (rule compute_checkpoint_metric, a JSON record per checkpoint)
@@ -11,17 +12,22 @@ The workflow plans from this registry alone (config `metrics:` names entries; th
                      which loads the weights once (an HDF5 file per checkpoint x metric)
 
     tables: name -> Table(build(files, needed_tables, model_order) -> DataFrame, needs=...)
-            (rule tabulate_metric, one generic rule for every table; builders: lmsat.tables)
+            (rule tabulate_metric, one generic rule for every table; builders: functions
+            of lmsat.tables, their arguments bound with functools.partial)
 
-This module imports no torch or pandas, so the workflow reads it at DAG time.
+This module imports no torch, and lmsat.tables imports scipy only where it fits, so the
+workflow reads both at DAG time.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
+
+from lmsat import tables
 
 READS = ("cache", "weights")
 
@@ -41,15 +47,13 @@ class Metric:
     description: str
     compute: Callable
     tables: dict[str, Table] = field(default_factory=dict)
-    figures: tuple[str, ...] = ()  # stems in lmsat.figures.FIGURES
     write: Callable | None = None  # weights metrics: write(path, result, record)
 
 
 METRICS: dict[str, Metric] = {}
 
 
-def register(name: str, *, reads: str, higher_is_better: bool | None, description: str, tables=None,
-             figures=(), write=None):
+def register(name: str, *, reads: str, higher_is_better: bool | None, description: str, tables=None, write=None):
     if reads not in READS:
         raise ValueError(f"metric {name}: reads must be one of {READS}, not {reads!r}")
     if reads == "weights" and write is None:
@@ -58,7 +62,10 @@ def register(name: str, *, reads: str, higher_is_better: bool | None, descriptio
     def decorate(fn):
         if name in METRICS:
             raise ValueError(f"metric {name!r} is registered twice")
-        METRICS[name] = Metric(name, reads, higher_is_better, description, fn, dict(tables or {}), tuple(figures), write)
+        METRICS[name] = Metric(
+            name=name, reads=reads, higher_is_better=higher_is_better, description=description, compute=fn,
+            tables=dict(tables or {}), write=write,
+        )
         return fn
 
     return decorate
@@ -75,17 +82,6 @@ def table_metric() -> dict[str, str]:
     return owner
 
 
-def _build(function: str, *args, **kwargs):
-    """A table builder of lmsat.tables, imported when a tabulating job calls it."""
-
-    def build(files, needed, model_order):
-        from lmsat import tables
-
-        return getattr(tables, function)(files, needed, model_order, *args, **kwargs)
-
-    return build
-
-
 # ---------------------------------------------------------------- read the hidden-state cache
 
 
@@ -94,8 +90,7 @@ def _build(function: str, *args, **kwargs):
     reads="cache",
     higher_is_better=False,
     description="mean per-token cross-entropy (nats) on the eval sample",
-    tables={"loss": Table(_build("loss_from_records"))},
-    figures=("fig1a_loss",),
+    tables={"loss": Table(tables.loss_from_records)},
 )
 def loss(cache) -> dict:
     """Mean cross-entropy over every predicted position of the eval sample."""
@@ -113,10 +108,9 @@ def loss(cache) -> dict:
     higher_is_better=None,
     description="mean pairwise cosine of the representations of every layer (sampled tokens) and of the last layer (all tokens)",
     tables={
-        "anisotropy_layers": Table(_build("anisotropy_from_records", part=0), needs=("loss",)),
-        "anisotropy_training": Table(_build("anisotropy_from_records", part=1), needs=("loss",)),
+        "anisotropy_layers": Table(partial(tables.anisotropy_from_records, part=0), needs=("loss",)),
+        "anisotropy_training": Table(partial(tables.anisotropy_from_records, part=1), needs=("loss",)),
     },
-    figures=("fig2_anisotropy_depth", "fig3_anisotropy_training"),
 )
 def anisotropy(cache) -> dict:
     """A(H) per layer from `layers` (k sampled tokens) and exactly for the last layer.
@@ -155,10 +149,9 @@ def anisotropy(cache) -> dict:
     description="effective rank and singular entropy of the last-layer representations (all tokens of the eval sample)",
     tables={
         "effective_rank": Table(
-            _build("scalars_from_records", columns=("effective_rank", "effective_rank_centered", "singular_entropy", "n_tokens"))
+            partial(tables.scalars_from_records, columns=("effective_rank", "effective_rank_centered", "singular_entropy", "n_tokens"))
         )
     },
-    figures=("effective_rank",),
 )
 def effective_rank(cache) -> dict:
     """Roy & Vetterli's effective rank exp(H(p)), p = s / sum(s), of the last-layer
@@ -217,11 +210,10 @@ def _write_spectrum(path, result: dict, record: dict) -> None:
     higher_is_better=None,
     description="singular values of the LM head (float64, padding rows dropped) and hashes of the head and input embedding",
     tables={
-        "spectra": Table(_build("spectra_from_files", part=0)),
-        "singular_entropy": Table(_build("spectra_from_files", part=1)),
-        "identical_weights": Table(_build("spectra_from_files", part=2), row_provenance=False),
+        "spectra": Table(partial(tables.spectra_from_files, part=0)),
+        "singular_entropy": Table(partial(tables.spectra_from_files, part=1)),
+        "identical_weights": Table(partial(tables.spectra_from_files, part=2), row_provenance=False),
     },
-    figures=("fig4_head_spectra", "fig5_singular_entropy"),
     write=_write_spectrum,
 )
 def spectra(lm, job: WeightsJob) -> dict:
@@ -254,8 +246,7 @@ def _write_attention(path, result: dict, record: dict) -> None:
     reads="weights",
     higher_is_better=None,
     description="low-rank metrics of every head's W_Q^T W_K and W_O W_V (Kobayashi et al.)",
-    tables={"attention_lowrank": Table(_build("attention_from_files"), needs=("identical_weights",))},
-    figures=("attention_lowrank",),
+    tables={"attention_lowrank": Table(tables.attention_from_files, needs=("identical_weights",))},
     write=_write_attention,
 )
 def attention(lm, job: WeightsJob) -> dict:

@@ -22,7 +22,6 @@ from lmsat.evaluation import CHECKPOINT_ORDER, TABLE1_TASKS, metric_value
 from lmsat.evaluation import METRICS as TABLE1_METRICS
 from lmsat.integrity import BOUNDS, check_values, csv_with_checksum, require_keys, verify_csv, verify_hdf5
 from lmsat.io import atomic_path, check_identity, library_versions, promised_by_path, read_json, read_record, source_sha256
-from lmsat.scaling import fit_scaling_law, predict, shortfall
 from lmsat.spectra import effective_rank, identical_heads, singular_entropy, stable_rank
 
 log = logging.getLogger(__name__)
@@ -510,6 +509,8 @@ def scaled_models(configured: dict[str, int], selection: pd.DataFrame, models: l
 
 def scaling_tables(selection: pd.DataFrame, sizes: dict[str, float], settings: dict, seed: int = 0):
     """(fit row, shortfall table) from best_final rows, model sizes and config['scaling']."""
+    from lmsat.scaling import fit_scaling_law, predict, shortfall  # here: scipy is not needed at DAG time
+
     points = selection.assign(n_params=selection["model"].map(sizes))
     unknown = sorted(points.loc[points["n_params"].isna(), "model"].unique())
     if unknown:

@@ -1,8 +1,8 @@
 # The softmax bottleneck (Godey et al. 5.1, App. B): rank-constrained heads W = A B trained
 # on a frozen model's cached last-layer representations, one job per (model, r, peak lr);
-# per (model, r) the lr with the lowest eval loss is kept. Fig. 6 (loss and accuracy vs r),
-# Fig. 8 (loss vs the W-error of the model's own head, from results/spectra of cache.smk)
-# and the ground-truth figure (n-gram W-error vs the truth, head loss vs the entropy rate).
+# per (model, r) the lr with the lowest eval loss is kept, and tabulated with the W-error of
+# the model's own head (results/spectra of cache.smk). Figs. 6 and 8 and the ground-truth
+# figure are drawn by rule plot_figure (products.smk).
 # Input functions and helpers: bottleneck_inputs.smk.
 
 
@@ -11,8 +11,6 @@ include: "bottleneck_inputs.smk"
 
 localrules:
     tabulate_bottleneck,
-    plot_bottleneck,
-    plot_ground_truth,
 
 
 rule build_head_cache:
@@ -108,37 +106,3 @@ rule tabulate_bottleneck:
         rise_tolerance=BOTTLENECK["rise_tolerance"],
     script:
         "../scripts/tabulate_bottleneck.py"
-
-
-rule plot_bottleneck:
-    input:
-        heads="results/{run}/tables/bottleneck_heads.csv",
-    output:
-        fig6_png=figure_report("results/{run}/figures/fig6_rank_heads.png"),
-        fig6_pdf=figure_report("results/{run}/figures/fig6_rank_heads.pdf"),
-        fig8_png=figure_report("results/{run}/figures/fig8_werror_loss.png"),
-        fig8_pdf=figure_report("results/{run}/figures/fig8_werror_loss.pdf"),
-    log:
-        "logs/{run}/plot_bottleneck.log",
-    conda:
-        "../../envs/lmsat.yaml"
-    script:
-        "../scripts/plot_bottleneck.py"
-
-
-rule plot_ground_truth:
-    input:
-        curves="results/{run}/tables/ngram_ground_truth.csv",
-        heads=(
-            "results/{run}/tables/bottleneck_heads.csv" if heads_on_synthetic() else []
-        ),
-        language=TOY_LANGUAGE if heads_on_synthetic() else [],
-    output:
-        png=figure_report("results/{run}/figures/ground_truth_bottleneck.png"),
-        pdf=figure_report("results/{run}/figures/ground_truth_bottleneck.pdf"),
-    log:
-        "logs/{run}/plot_ground_truth.log",
-    conda:
-        "../../envs/lmsat.yaml"
-    script:
-        "../scripts/plot_ground_truth.py"

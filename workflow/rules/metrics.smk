@@ -1,6 +1,6 @@
 # Per-checkpoint metrics (lmsat.metrics.METRICS; `metrics:` in the config picks them): a
-# cache metric's record per checkpoint x metric, one generic rule for every metric table and
-# one for every metric figure (lmsat.figures.FIGURES). Weight metrics are computed by rule
+# cache metric's record per checkpoint x metric and one generic rule for every metric table
+# (their figures: rule plot_figure, products.smk). Weight metrics are computed by rule
 # analyse_checkpoint (cache.smk), which loads each checkpoint once.
 # Input functions and helpers: metrics_inputs.smk.
 
@@ -10,7 +10,6 @@ include: "metrics_inputs.smk"
 
 localrules:
     tabulate_metric,
-    plot_metric_figure,
 
 
 rule compute_checkpoint_metric:
@@ -51,22 +50,3 @@ rule tabulate_metric:
         models=list(MODELS),
     script:
         "../scripts/tabulate_metric.py"
-
-
-rule plot_metric_figure:
-    input:
-        unpack(metric_figure_inputs),
-    output:
-        png=metric_figure_report("results/{run}/figures/{figure}.png"),
-        pdf=metric_figure_report("results/{run}/figures/{figure}.pdf"),
-    log:
-        "logs/{run}/plot_metric_figure/{figure}.log",
-    wildcard_constraints:
-        figure=_alternatives(METRIC_FIGURES),
-    conda:
-        "../../envs/lmsat.yaml"
-    params:
-        options=metric_figure_options,
-        caption=metric_figure_caption,
-    script:
-        "../scripts/plot_metric_figure.py"

@@ -1,6 +1,7 @@
 # n-gram W-error of corpora (Godey et al. 5.1, Fig. 7): one job per corpus x tokenizer
 # counts the n-grams and takes every singular value of the context matrix; and the
-# ground-truth check on a small synthetic language whose true n-gram matrix is known.
+# ground-truth check on a small synthetic language whose true n-gram matrix is known
+# (Fig. 7 and the ground-truth figure: rule plot_figure, products.smk).
 # Input functions and helpers: ngrams_inputs.smk.
 
 
@@ -9,7 +10,6 @@ include: "ngrams_inputs.smk"
 
 localrules:
     tabulate_ngrams,
-    plot_ngram_werror,
 
 
 rule count_corpus_ngrams:
@@ -74,17 +74,3 @@ rule tabulate_ngrams:
         config_sha256=CONFIG_SHA256,
     script:
         "../scripts/tabulate_ngrams.py"
-
-
-rule plot_ngram_werror:
-    input:
-        "results/{run}/tables/ngram_werror.csv",
-    output:
-        png=figure_report("results/{run}/figures/fig7_ngram_werror.png"),
-        pdf=figure_report("results/{run}/figures/fig7_ngram_werror.pdf"),
-    log:
-        "logs/{run}/plot_ngram_werror.log",
-    conda:
-        "../../envs/lmsat.yaml"
-    script:
-        "../scripts/plot_ngram_werror.py"

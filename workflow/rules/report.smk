@@ -1,19 +1,34 @@
-# The report's own results (sections and targets: REPORT_SECTIONS in common.smk): each table
-# a caption cites rendered as a sortable HTML page next to its figure, the summary page
-# (the run's key numbers beside the paper's values), and one named target per figure or
-# table (`snakemake fig1a` makes Fig. 1a and its tables, and nothing else).
+# The products and the report (their registries, sections and input functions:
+# products.smk): every figure drawn by the one rule plot_figure, each table a section names
+# rendered as a sortable HTML page next to its figure, the summary page (the run's key
+# numbers beside the paper's values), and one named target per section (`snakemake fig1a`
+# makes Fig. 1a and its tables, and nothing else).
 
 
 localrules:
+    plot_figure,
     render_table,
     summarize_run,
-    fig1b,
-    table1,
-    fig6,
-    fig7,
-    fig8,
-    ground_truth,
     summary,
+
+
+rule plot_figure:
+    input:
+        unpack(get_figure_inputs),
+    output:
+        png=figure_report("results/{run}/figures/{figure}.png"),
+        pdf=figure_report("results/{run}/figures/{figure}.pdf"),
+    log:
+        "logs/{run}/plot_figure/{figure}.log",
+    wildcard_constraints:
+        figure=_alternatives(PLANNED_FIGURES) or "(?!)",
+    conda:
+        "../../envs/lmsat.yaml"
+    params:
+        options=get_figure_options,
+        caption=get_figure_caption,
+    script:
+        "../scripts/plot_figure.py"
 
 
 rule render_table:
@@ -33,14 +48,14 @@ rule render_table:
     conda:
         "../../envs/lmsat.yaml"
     params:
-        caption=table_caption,
+        caption=get_table_caption,
     script:
         "../scripts/render_table.py"
 
 
 rule summarize_run:
     input:
-        unpack(summary_inputs),
+        unpack(get_summary_inputs),
     output:
         html=report(
             "results/{run}/report/summary.html",
@@ -65,44 +80,14 @@ rule summarize_run:
         "../scripts/summarize_run.py"
 
 
-rule fig1b:
-    input:
-        target("fig1b"),
-
-
-rule table1:
-    input:
-        target("table1"),
-
-
-rule fig6:
-    input:
-        target("fig6"),
-
-
-rule fig7:
-    input:
-        target("fig7"),
-
-
-rule fig8:
-    input:
-        target("fig8"),
-
-
-rule ground_truth:
-    input:
-        target("ground_truth"),
-
-
-# The metric figures' targets, one per registry section (lmsat.figures.FIGURES).
-for name in METRIC_SECTIONS:
+# One named target per report section (`snakemake fig1a`, `snakemake table1`, ...).
+for name in REPORT_SECTIONS:
 
     rule:
         name:
             name
         input:
-            target(name),
+            get_target_files(name),
         localrule: True
 
 

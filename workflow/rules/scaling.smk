@@ -1,6 +1,7 @@
 # Saturation against a Chinchilla-style scaling law (Fig. 1b): each model's parameter
 # count, the fit of A and alpha on the larger models, and every model's best and final
-# checkpoints compared with the law (shortfall in %).
+# checkpoints compared with the law (shortfall in %); Fig. 1b is drawn by rule plot_figure
+# (products.smk).
 # Input functions and helpers: scaling_inputs.smk.
 
 
@@ -9,7 +10,6 @@ include: "scaling_inputs.smk"
 
 localrules:
     fit_scaling_law,
-    plot_scaling_law,
 
 
 rule count_model_parameters:
@@ -48,18 +48,3 @@ rule fit_scaling_law:
         config_sha256=CONFIG_SHA256,
     script:
         "../scripts/fit_scaling_law.py"
-
-
-rule plot_scaling_law:
-    input:
-        fit="results/{run}/tables/scaling_fit.csv",
-        shortfall="results/{run}/tables/scaling_shortfall.csv",
-    output:
-        png=figure_report("results/{run}/figures/fig1b_scaling.png"),
-        pdf=figure_report("results/{run}/figures/fig1b_scaling.pdf"),
-    log:
-        "logs/{run}/plot_scaling_law.log",
-    conda:
-        "../../envs/lmsat.yaml"
-    script:
-        "../scripts/plot_scaling_law.py"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from lmsat.figures.registry import BOTTLENECK, figure
 from lmsat.figures.style import colours, compact_number, drop_crowded_labels, in_table_order, log_axis, plt, save_figure
 
 PAPER_RISE_WERROR = 0.6  # "performance starts decreasing when the W-error outgrows 0.6" (Fig. 8)
@@ -38,6 +39,8 @@ def _rank_curves(ax, heads: pd.DataFrame, column: str, colors: dict) -> None:
         ax.plot([d], [full[column]], "*", color=colors[model], ms=10, mec="k", mew=0.5)
 
 
+@figure("fig6_rank_heads", tables=("bottleneck_heads",), target="fig6", category=BOTTLENECK,
+        title="Fig. 6: rank-constrained heads", cites=("bottleneck_lr_search",))
 def plot_rank_heads(heads: pd.DataFrame, paths):
     """Fig. 6: eval cross-entropy and top-1 accuracy of the rank-r heads against r."""
     colors = colours(in_table_order(heads))
@@ -54,6 +57,40 @@ def plot_rank_heads(heads: pd.DataFrame, paths):
     return save_figure(fig, paths)
 
 
+@figure("fig7_ngram_werror", tables=("ngram_werror",), target="fig7", category=BOTTLENECK,
+        title="Fig. 7: n-gram W-error")
+def plot_ngram_werror(table: pd.DataFrame, paths):
+    """Fig. 7: W-error(d) of the n-gram matrix of each corpus, one panel per tokenizer (the
+    paper - (a) Llama-2, (b) Pythia), one line per corpus (truth dashed)."""
+    tokenizers = in_table_order(table, "tokenizer")
+    colors = colours(in_table_order(table, "corpus"))
+    fig, axes = plt.subplots(1, len(tokenizers), figsize=(5.5 * len(tokenizers), 3.8), squeeze=False, sharey=True)
+    for ax, tokenizer in zip(axes[0], tokenizers):
+        for corpus in in_table_order(table[table["tokenizer"] == tokenizer], "corpus"):
+            rows = table[(table["corpus"] == corpus) & (table["tokenizer"] == tokenizer) & (table["d"] > 0)]
+            for kind, style in (("empirical", "-"), ("truth", "--")):
+                curve = rows[rows["kind"] == kind]
+                if curve.empty:
+                    continue
+                first = curve.iloc[0]
+                label = f"{corpus} ({int(first['n_tokens']):,} tokens, {int(first['n_contexts']):,} contexts)"
+                if kind == "truth":
+                    label = f"{corpus}: true {int(first['order'])}-gram matrix"
+                ax.plot(curve["d"], curve["werror"], style, color=colors[corpus], lw=1.3, label=label)
+        ax.axhline(0.5, color="0.6", lw=0.8, ls=":")
+        log_axis(ax, "x")
+        ax.set_ylim(0, 1.02)
+        ax.set_xlabel("rank d")
+        ax.set_title(f"{tokenizer} tokenizer", fontsize=9, loc="left")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6)
+    axes[0, 0].set_ylabel("W-error(d)")
+    fig.tight_layout()
+    return save_figure(fig, paths)
+
+
+@figure("fig8_werror_loss", tables=("bottleneck_heads",), target="fig8", category=BOTTLENECK,
+        title="Fig. 8: loss vs W-error")
 def plot_werror_loss(heads: pd.DataFrame, paths):
     """Fig. 8: final loss of the rank-r heads against the W-error of the model's own head at r.
 
@@ -93,36 +130,8 @@ def plot_werror_loss(heads: pd.DataFrame, paths):
     return save_figure(fig, paths)
 
 
-def plot_ngram_werror(table: pd.DataFrame, paths):
-    """Fig. 7: W-error(d) of the n-gram matrix of each corpus, one panel per tokenizer (the
-    paper - (a) Llama-2, (b) Pythia), one line per corpus (truth dashed)."""
-    tokenizers = in_table_order(table, "tokenizer")
-    colors = colours(in_table_order(table, "corpus"))
-    fig, axes = plt.subplots(1, len(tokenizers), figsize=(5.5 * len(tokenizers), 3.8), squeeze=False, sharey=True)
-    for ax, tokenizer in zip(axes[0], tokenizers):
-        for corpus in in_table_order(table[table["tokenizer"] == tokenizer], "corpus"):
-            rows = table[(table["corpus"] == corpus) & (table["tokenizer"] == tokenizer) & (table["d"] > 0)]
-            for kind, style in (("empirical", "-"), ("truth", "--")):
-                curve = rows[rows["kind"] == kind]
-                if curve.empty:
-                    continue
-                first = curve.iloc[0]
-                label = f"{corpus} ({int(first['n_tokens']):,} tokens, {int(first['n_contexts']):,} contexts)"
-                if kind == "truth":
-                    label = f"{corpus}: true {int(first['order'])}-gram matrix"
-                ax.plot(curve["d"], curve["werror"], style, color=colors[corpus], lw=1.3, label=label)
-        ax.axhline(0.5, color="0.6", lw=0.8, ls=":")
-        log_axis(ax, "x")
-        ax.set_ylim(0, 1.02)
-        ax.set_xlabel("rank d")
-        ax.set_title(f"{tokenizer} tokenizer", fontsize=9, loc="left")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=6)
-    axes[0, 0].set_ylabel("W-error(d)")
-    fig.tight_layout()
-    return save_figure(fig, paths)
-
-
+@figure("ground_truth_bottleneck", tables=("ngram_ground_truth",), optional=("bottleneck_heads",),
+        target="ground_truth", category=BOTTLENECK, title="Ground truth of the bottleneck", entropy_rate="heads")
 def plot_ground_truth(curves: pd.DataFrame, heads: pd.DataFrame | None, entropy_rate: float | None, paths):
     """Ground truth: empirical n-gram W-error curves against the true matrix's (left) and the
     rank-r head losses against the synthetic language's entropy rate (right, when given)."""

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from matplotlib.colors import ListedColormap, Normalize
 
+from lmsat.figures.registry import DEGENERATION, figure
 from lmsat.figures.style import (
     IDENTICAL_NOTE,
     colours,
@@ -37,6 +37,8 @@ ATTENTION_PANELS = (  # (column, y label); linear axes show "towards 1" and "tow
 )
 
 
+@figure("fig2_anisotropy_depth", tables=("anisotropy_layers",), target="fig2", category=DEGENERATION,
+        title="Fig. 2: anisotropy by depth", options={"suites": "figures.anisotropy_suites"})
 def plot_anisotropy_depth(layers: pd.DataFrame, paths, suites: list[str] | None = None):
     """Fig. 2: anisotropy vs relative layer depth at each model's final checkpoint.
 
@@ -65,9 +67,13 @@ def plot_anisotropy_depth(layers: pd.DataFrame, paths, suites: list[str] | None 
     return save_figure(fig, paths)
 
 
+@figure("fig3_anisotropy_training", tables=("anisotropy_training",), target="fig3", category=DEGENERATION,
+        title="Fig. 3: anisotropy along training")
 def plot_anisotropy_training(training: pd.DataFrame, paths):
     """Fig. 3: loss along training, points coloured by last-layer anisotropy; a panel per model,
     by size (in_table_order), row by row."""
+    from matplotlib.colors import Normalize
+
     rows_all = training[training["tokens"] > 0]
     models = in_table_order(rows_all)
     norm = Normalize(rows_all["anisotropy_last"].min(), rows_all["anisotropy_last"].max())
@@ -86,6 +92,8 @@ def plot_anisotropy_training(training: pd.DataFrame, paths):
     return save_figure(fig, paths)
 
 
+@figure("fig4_head_spectra", tables=("spectra",), target="fig4", category=DEGENERATION, title="Fig. 4: head spectra",
+        cites=("identical_weights",))
 def plot_head_spectra(spectra: pd.DataFrame, paths):
     """Fig. 4: LM-head singular values / the largest, one curve per checkpoint (colour = step:
     each step present its own colour, evenly by rank, `step_colours`).
@@ -117,6 +125,8 @@ def plot_head_spectra(spectra: pd.DataFrame, paths):
     return save_figure(fig, paths)
 
 
+@figure("fig5_singular_entropy", tables=("singular_entropy",), target="fig5", category=DEGENERATION,
+        title="Fig. 5: singular entropy", options={"power": "spectra.entropy_power"})
 def plot_singular_entropy(entropy: pd.DataFrame, paths, power: int = 1):
     """Fig. 5: singular entropy KL(p || uniform) of the head along training, a line per model (by size).
 
@@ -153,12 +163,16 @@ def attention_medians(attention: pd.DataFrame) -> pd.DataFrame:
     return attention.groupby(keys, sort=False)[columns].median().reset_index()
 
 
+@figure("attention_lowrank", tables=("attention_lowrank",), target="attention", category="Low-rank attention",
+        title="Low-rank attention products")
 def plot_attention_lowrank(attention: pd.DataFrame, paths):
     """Low-rank attention along training: a row per model (by size), a column per metric.
 
     Lines are layers (colour = relative depth), solid for qk = W_Q^T W_K, dashed for
     vo = W_O W_V, each the median over the layer's heads.
     """
+    from matplotlib.colors import ListedColormap, Normalize
+
     medians = attention_medians(attention[attention["tokens"] > 0])
     models = in_table_order(medians)
     cmap = plt.get_cmap("plasma")
@@ -193,6 +207,8 @@ def plot_attention_lowrank(attention: pd.DataFrame, paths):
     return save_figure(fig, paths)
 
 
+@figure("effective_rank", tables=("effective_rank",), target="effective_rank", category=DEGENERATION,
+        title="Effective rank of the last layer")
 def plot_effective_rank(table: pd.DataFrame, paths):
     """Effective rank (solid: as is, dashed: centred) and singular entropy of the last-layer
     representations along training; a line per model, by size (in_table_order)."""

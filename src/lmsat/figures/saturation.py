@@ -14,8 +14,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from lmsat.figures.registry import SATURATION, figure
 from lmsat.figures.style import in_table_order, label_grid, log_axis, panel_grid, plt, save_figure
-from lmsat.scaling import predict
 
 LOSS_CAP_PERCENTILE = 90  # Fig. 1a's y axis ends just above this percentile of a model's losses ...
 LOSS_CAP_SHARE = 1 / 3  # ... when the first checkpoints above it would otherwise take more than this share of it
@@ -26,6 +26,8 @@ STYLES = {  # Fig. 1b: kind -> (colour, marker) of its points and curve
 }
 
 
+@figure("fig1a_loss", tables=("loss",), target="fig1a", category=SATURATION,
+        title="Fig. 1a: loss along training", entropy_rate="sample", cites=("best_final",))
 def plot_loss_curves(table: pd.DataFrame, paths, entropy_rate: float | None = None):
     """Fig. 1a: loss vs training tokens, one panel per model by size (in_table_order: smallest
     first, row by row).
@@ -98,6 +100,8 @@ def law_curve(n_params, tokens, n_grid, **constants) -> np.ndarray:
     log_n = np.log(np.asarray(n_params, dtype=np.float64)[order])
     log_t = np.log(np.asarray(tokens, dtype=np.float64)[order])
     grid_tokens = np.exp(np.interp(np.log(n_grid), log_n, log_t))
+    from lmsat.scaling import predict  # here: scipy is not needed at DAG time (FIGURES)
+
     return predict(n_grid, grid_tokens, **constants)
 
 
@@ -163,3 +167,10 @@ def plot_scaling_fit(points: pd.DataFrame, fit, paths):
     ax.set_ylabel("loss (nats/token)")
     ax.legend(fontsize=7, loc="best")
     return save_figure(fig, paths)
+
+
+@figure("fig1b_scaling", tables=("scaling_fit", "scaling_shortfall"), target="fig1b", category=SATURATION,
+        title="Fig. 1b: scaling law")
+def plot_scaling_tables(fit: pd.DataFrame, shortfall: pd.DataFrame, paths):
+    """Fig. 1b from its two tables (scaling_fit.csv holds one row: the fit)."""
+    return plot_scaling_fit(shortfall, fit.iloc[0], paths)

@@ -14,17 +14,34 @@ depth, width), so `in_table_order` keeps first appearance and no figure sorts on
 
 from __future__ import annotations
 
+from functools import cache
 from pathlib import Path
 
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")  # the only place: every figure module imports plt from here
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from matplotlib.colors import BoundaryNorm, ListedColormap  # noqa: E402
-from matplotlib.ticker import Formatter, Locator, NullFormatter, NullLocator  # noqa: E402
+from lmsat.io import atomic_path
 
-from lmsat.io import atomic_path  # noqa: E402
+
+class _Pyplot:
+    """matplotlib.pyplot on the Agg backend (the only place that sets it), imported on first
+    use: the workflow imports every figure module at DAG time to read its registry entries,
+    and matplotlib takes a good part of a second to import (pyplot over a second)."""
+
+    def __getattr__(self, name):
+        return getattr(_agg_pyplot(), name)
+
+
+@cache
+def _agg_pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot
+
+    return matplotlib.pyplot
+
+
+plt = _Pyplot()
 
 IDENTICAL_NOTE = "hollow/dashed: head or embedding bit-identical to another revision's (tables/identical_weights.csv)"
 
@@ -88,40 +105,6 @@ def note(fig, text: str) -> None:
     fig.text(0.01, -0.01, text, fontsize=7, color="0.35", ha="left", va="top")
 
 
-# Log-axis ticks: per decade, the mantissas labelled, coarsest first; the first set with at
-# least MIN_LOG_TICKS ticks in view is used (a run spanning less than a decade gets 2 and 5,
-# or every integer mantissa), so labels are few and short whatever the run's length.
-LOG_SUBS = ((1.0,), (1.0, 2.0, 5.0), (1.0, 2.0, 3.0, 5.0, 7.0), tuple(float(m) for m in range(1, 10)))
-MIN_LOG_TICKS = 3
-MAX_LOG_TICKS = 7  # more decades than this: every k-th decade
-
-
-class CompactLogLocator(Locator):
-    """Major ticks of a log axis: a few 'round' values (1, 2, 5 x 10^k, ...) in view, never
-    more than MAX_LOG_TICKS; matplotlib's own labels the minor ticks of a sub-decade span,
-    whose labels overlap."""
-
-    def __call__(self):
-        vmin, vmax = self.axis.get_view_interval()
-        return self.tick_values(vmin, vmax)
-
-    def tick_values(self, vmin, vmax):
-        vmin, vmax = sorted((vmin, vmax))
-        if not vmax > 0:
-            return np.array([])
-        vmin = max(vmin, vmax * 1e-12)
-        decades = np.arange(np.floor(np.log10(vmin)), np.ceil(np.log10(vmax)) + 1)
-        for subs in LOG_SUBS:
-            ticks = np.array([m * 10**d for d in decades for m in subs])
-            ticks = ticks[(ticks >= vmin * (1 - 1e-9)) & (ticks <= vmax * (1 + 1e-9))]
-            if len(ticks) >= MIN_LOG_TICKS or subs == LOG_SUBS[-1]:
-                break
-        if len(ticks) > MAX_LOG_TICKS:  # many decades: keep every k-th power of ten
-            ticks = np.array([10**d for d in decades if vmin <= 10**d <= vmax])
-            ticks = ticks[:: int(np.ceil(len(ticks) / MAX_LOG_TICKS))]
-        return ticks
-
-
 def compact_number(value: float) -> str:
     """1500 -> '1.5k', 2e9 -> '2B', 0.03 -> '0.03': short tick labels (tokens, parameters, ranks)."""
     for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k")):
@@ -130,14 +113,13 @@ def compact_number(value: float) -> str:
     return f"{value:.3g}"
 
 
-class CompactFormatter(Formatter):
-    def __call__(self, value, pos=None):
-        return compact_number(value)
-
-
 def log_axis(ax, which: str = "x") -> None:
     """Set a log scale on `which` axis of `ax` with few, short, non-overlapping labels
     (CompactLogLocator, compact_number) and unlabelled minor ticks, for any data span."""
+    from matplotlib.ticker import NullFormatter
+
+    from lmsat.figures.ticks import CompactFormatter, CompactLogLocator
+
     axis = ax.xaxis if which == "x" else ax.yaxis
     (ax.set_xscale if which == "x" else ax.set_yscale)("log")
     axis.set_major_locator(CompactLogLocator())
@@ -149,6 +131,8 @@ def step_colours(steps, cmap: str = "viridis"):
     """Each distinct step its own colour, evenly along `cmap` (0 to 0.85) by rank, so 8 steps
     from 50 to 400 are as far apart as 8 from 0 to 143,000. Returns (step -> colour, a
     colour-bar mappable whose ticks are the steps)."""
+    from matplotlib.colors import BoundaryNorm, ListedColormap
+
     steps = sorted(set(int(step) for step in steps))
     scale = plt.get_cmap(cmap)
     colour = {step: scale(0.85 * i / max(len(steps) - 1, 1)) for i, step in enumerate(steps)}
@@ -160,6 +144,8 @@ def step_colours(steps, cmap: str = "viridis"):
 def step_colorbar(fig, mappable, steps, axes, max_labels: int = 8, **kwargs):
     """A colour bar of step_colours: one band per step, at most `max_labels` of them labelled
     (the first, the last, and evenly between)."""
+    from matplotlib.ticker import NullLocator
+
     bar = fig.colorbar(mappable, ax=axes, **kwargs)
     shown = sorted(set(np.linspace(0, len(steps) - 1, min(len(steps), max_labels)).round().astype(int)))
     bar.set_ticks(shown)

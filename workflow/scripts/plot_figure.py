@@ -1,0 +1,24 @@
+"""Rule plot_figure: one figure of lmsat.figures.FIGURES from its tables."""
+
+import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
+import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
+
+from lmsat.figures import FIGURES
+from lmsat.io import setup_logging
+from lmsat.synthetic import entropy_rate_of
+from lmsat.tables import read_table
+
+
+def main(snakemake):
+    setup_logging(snakemake.log[0])
+    figure, inputs = FIGURES[snakemake.wildcards.figure], snakemake.input
+    names = [name for name in (*figure.tables, *figure.optional) if name in inputs.keys()]
+    frames = {name: read_table(inputs[name]) for name in names}  # an optional one not planned: None
+    options = dict(snakemake.params.options)
+    if figure.entropy_rate:
+        options["entropy_rate"] = entropy_rate_of(inputs.language)
+    figure.plot(frames, [snakemake.output.png, snakemake.output.pdf], **options)
+
+
+if __name__ == "__main__":
+    main(snakemake)  # noqa: F821 (injected by Snakemake's script directive)
