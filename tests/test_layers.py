@@ -11,7 +11,8 @@ does not place (a new module must be given its layer here).
 
 A package's `__init__` runs whenever one of its submodules is imported, so that is not an
 edge of the graph; instead a package `__init__` may import no lmsat module at its top level
-(lmsat, lmsat.figures and lmsat.commands import theirs when a function runs).
+(lmsat and lmsat.commands import theirs when a function runs; lmsat.figures, the figure
+registry, imports its modules so that each registers its figures: REGISTERS_ITS_MODULES).
 
 The layers, bottom to top (lmsat/__init__.py's docstring says the same). A module imports
 only from its own layer or below, and the graph has no cycle, so within a layer too the
@@ -87,6 +88,9 @@ LAYERS = {
     "lmsat.tables": REGISTRY,
     "lmsat.report": REGISTRY,
     "lmsat.figures": REGISTRY,
+    "lmsat.figures.registry": REGISTRY,
+    "lmsat.figures.numbers": REGISTRY,
+    "lmsat.figures.ticks": REGISTRY,
     "lmsat.figures.style": REGISTRY,
     "lmsat.figures.saturation": REGISTRY,
     "lmsat.figures.degeneration": REGISTRY,
@@ -289,10 +293,22 @@ def test_imports_go_down():
     assert not upward, "imports from a higher layer:\n  " + "\n  ".join(upward)
 
 
+# The figure registry's package imports its modules on purpose: each declares its figures
+# with @figure, so a new module registers them by being there (no list to keep). They import
+# no matplotlib at import time (tests/test_figure_registry.py), so this costs the DAG nothing.
+REGISTERS_ITS_MODULES = {"lmsat.figures"}
+
+
 def test_packages_import_nothing_at_import_time():
     """A package's __init__ runs on every import of its submodules: a top-level import of an
     lmsat module there would be an import of every submodule."""
-    eager = [edge for module in MODULES if is_package(module) for edge in imports_of(module) if edge.top_level]
+    eager = [
+        edge
+        for module in MODULES
+        if is_package(module) and module not in REGISTERS_ITS_MODULES
+        for edge in imports_of(module)
+        if edge.top_level
+    ]
     assert not eager, "package __init__ importing lmsat modules at import time:\n  " + "\n  ".join(map(repr, eager))
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from lmsat.figures.numbers import compact_number as compact_number  # re-exported for the plots
 from lmsat.io import atomic_path
 
 
@@ -103,14 +104,6 @@ def label_grid(axes, xlabel: str, ylabel: str) -> None:
 def note(fig, text: str) -> None:
     """A grey footnote under the figure."""
     fig.text(0.01, -0.01, text, fontsize=7, color="0.35", ha="left", va="top")
-
-
-def compact_number(value: float) -> str:
-    """1500 -> '1.5k', 2e9 -> '2B', 0.03 -> '0.03': short tick labels (tokens, parameters, ranks)."""
-    for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k")):
-        if abs(value) >= scale:
-            return f"{value / scale:.3g}{suffix}"
-    return f"{value:.3g}"
 
 
 def log_axis(ax, which: str = "x") -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 from matplotlib.ticker import Formatter, Locator
 
-from lmsat.figures.style import compact_number
+from lmsat.figures.numbers import compact_number
 
 # Log-axis ticks: per decade, the mantissas labelled, coarsest first; the first set with at
 # least MIN_LOG_TICKS ticks in view is used (a run spanning less than a decade gets 2 and 5,
