@@ -118,8 +118,11 @@ def draw_all(steps):
     fit = pd.Series(dict(A=10.0, alpha=0.3, B=40.0, beta=0.3, E=2.0, min_params=2e5, params="non_embedding",
                          source="fit"))
     tables.update(scaling_shortfall=points, scaling_fit=pd.DataFrame([fit]))
+    # Every figure of these tables, whichever module declares it (a new figure of an existing
+    # table is checked here with no edit); Fig. 7 and the ground truth draw n-gram tables
+    # this fixture does not build, and a new metric's figure its own table: their tests draw them.
     drawn = {stem: entry for stem, entry in FIGURES.items() if set(entry.tables) <= set(tables)}
-    assert set(FIGURES) - set(drawn) == {"fig7_ngram_werror", "ground_truth_bottleneck"}
+    assert {"fig1a_loss", "fig1b_scaling", "fig4_head_spectra", "fig6_rank_heads", "fig8_werror_loss"} <= set(drawn)
     return {stem: entry.plot(tables, []) for stem, entry in drawn.items()}
 
 
