@@ -71,10 +71,13 @@ def main() -> None:
     checkouts = {"new": clone(args.new, scratch / "new"), "old": clone(args.old, scratch / "old")}
     runs = {name: start_run(path, args.cores) for name, path in checkouts.items()}
     walls = {}
-    for name, (process, started) in runs.items():
-        if process.wait() != 0:
-            sys.exit(f"the {name} run failed: see {checkouts[name] / 'benchmark_run.log'}")
-        walls[name] = time.perf_counter() - started
+    while len(walls) < len(runs):  # each run's wall ends when it does, not when the other does
+        for name, (process, started) in runs.items():
+            if name not in walls and process.poll() is not None:
+                if process.returncode != 0:
+                    sys.exit(f"the {name} run failed: see {checkouts[name] / 'benchmark_run.log'}")
+                walls[name] = time.perf_counter() - started
+        time.sleep(1)
     seconds = {name: job_seconds(path) for name, path in checkouts.items()}
     print(f"default run, new {args.new} vs old {args.old}, side by side, --cores {args.cores} each")
     print(f"{'rule':28s} {'new s':>9s} {'old s':>9s} {'new/old':>8s}")
