@@ -83,6 +83,7 @@ LAYERS = {
     "lmsat.bottleneck": COMPUTE,
     "lmsat.synthetic": COMPUTE,
     "lmsat.toy": COMPUTE,
+    "lmsat.verdict": COMPUTE,
     # 3 registries: products by name
     "lmsat.metrics": REGISTRY,
     "lmsat.tables": REGISTRY,
