@@ -65,7 +65,8 @@ def test_explicit_revision_lists_of_other_suites(default_config):
 
 
 def test_revision_template_with_tokens():
-    assert schedules.render_revision("stage1-step{step}-tokens{tokens_b}B", 1000, 4194304) == "stage1-step1000-tokens4B"
+    # 4.19B tokens: rounded up, as OLMo names its branches (tests/test_suite_sources.py)
+    assert schedules.render_revision("stage1-step{step}-tokens{tokens_b}B", 1000, 4194304) == "stage1-step1000-tokens5B"
 
 
 def test_log_subsample_keeps_ends():

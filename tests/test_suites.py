@@ -137,10 +137,10 @@ def test_paper_config_states_the_model_cards():
 @pytest.mark.parametrize(
     "name, models, revisions, tokens_per_step",
     [
-        ("pythia-deduped", [f"pythia-{s}-deduped" for s in PYTHIA[2:]], 154, 2097152),
+        ("pythia-deduped", [f"pythia-{s}-deduped" for s in PYTHIA], 154, 2097152),
         ("polypythia", [f"pythia-{s}-seed{k}" for s in PYTHIA[:5] for k in range(1, 10)], 21, 2097152),
-        ("olmo2", ["OLMo-2-0425-1B"], 6, 2097152),
-        ("smollm2", ["SmolLM2-135M"], 7, 1048576),
+        ("olmo2", ["OLMo-2-0425-1B"], 8, 2097152),
+        ("smollm2", ["SmolLM2-135M"], 8, 1048576),
     ],
 )
 def test_post_paper_suite_plans_offline(name, models, revisions, tokens_per_step):
@@ -165,10 +165,10 @@ def test_post_paper_revision_names_and_steps():
     for revision, step in zip(olmo.revisions, olmo.steps):  # the tokens in each name match the step
         tokens_b = int(re.search(r"tokens(\d+)B", revision).group(1))
         assert tokens_b == -(-step * olmo.tokens_per_step // 10**9), revision
-    assert olmo.final_revision == "stage1-step1700000-tokens3566B"
+    assert olmo.final_revision == "stage1-step1907359-tokens4001B"
     smol = plan("smollm2").models["SmolLM2-135M"]
     assert smol.id == "HuggingFaceTB/SmolLM2-135M-intermediate-checkpoints"
-    assert smol.revisions[0] == "step-240000" and smol.steps == tuple(240000 * k for k in range(1, 8))
+    assert smol.revisions[0] == "step-240000" and smol.steps == tuple(240000 * k for k in range(1, 9))
     poly = plan("polypythia").models
     assert poly["pythia-70m-seed3"].id == "EleutherAI/pythia-70m-seed3"
     assert poly["pythia-70m-seed3"].revisions[0] == "step0" and poly["pythia-70m-seed3"].final_revision == "step143000"

@@ -237,8 +237,13 @@ def _check_revision_spec(spec: dict, key: str) -> None:
                               "put the training step's digits in the first group, e.g. 'ckpt_(\\d+)'")
 
 
-def _revisions(spec: dict, suite: dict, config: dict, spec_key: str):
+def _revisions(spec: dict, suite: dict, config: dict, spec_key: str, missing: dict[str, str] | None = None):
+    """(revisions, steps) of a revisions spec, in training order and subsampled. `missing`
+    (revision -> the issue reporting it, lmsat.schedules.missing_weights): revisions without
+    weights upstream, left out of a generated schedule before subsampling; an explicit list
+    naming one is refused."""
     _check_revision_spec(spec, spec_key)
+    missing = missing or {}
     schedule = spec["schedule"]
     if schedule == "pythia":
         steps = schedules.pythia_steps()
@@ -250,12 +255,19 @@ def _revisions(spec: dict, suite: dict, config: dict, spec_key: str):
         names = [schedules.render_revision(spec["template"], s, suite["tokens_per_step"]) for s in steps]
         for name in names:
             check_path_name(f"{spec_key}.template", name, "revision name")
+        kept = [i for i, name in enumerate(names) if name not in missing]  # planned around
+        names, steps = [names[i] for i in kept], [steps[i] for i in kept]
     else:
         names = list(spec["list"])
         if not names:
             raise ConfigError(f"{spec_key}.list", "no revisions", "list revision names or set `schedule`")
         for i, name in enumerate(names):
             check_path_name(f"{spec_key}.list[{i}]", name, "revision name")
+            if name in missing:
+                raise ConfigError(
+                    f"{spec_key}.list[{i}]", f"revision {name!r} has no weights upstream ({missing[name]})",
+                    "remove it from the list (a `schedule` leaves such revisions out by itself)",
+                )
         if spec["steps"]:  # names without a step in them, e.g. `main`
             if len(spec["steps"]) != len(names):
                 raise ConfigError(
@@ -333,7 +345,8 @@ def _models(config: dict) -> dict[str, ModelEntry]:
                 spec, spec_key = model["revisions"], f"{key}.revisions"
             else:
                 spec, spec_key = suite["revisions"], f"suites.{suite_name}.revisions"
-            revisions, steps = _revisions(spec, suite, config, spec_key)
+            missing = schedules.missing_weights(model_id) if source == "hub" else {}
+            revisions, steps = _revisions(spec, suite, config, spec_key, missing)
             if source == "local":
                 for revision in revisions:
                     _check_local_weights(Path(model_id) / revision, model["allow_pickle"], f"{key}.id")
@@ -702,7 +715,10 @@ def select(config: dict) -> dict:
             for model in suite["models"]:
                 key = f"suites.{suite_name}.models[name={model['name']}]"
                 spec = model.get("revisions") or suite["revisions"]
-                revisions, steps = _revisions(spec, suite, config, f"{key}.revisions")
+                missing = {}
+                if model.get("source", "hub") == "hub":
+                    missing = schedules.missing_weights(model.get("id") or f"{suite.get('hub_org')}/{model['name']}")
+                revisions, steps = _revisions(spec, suite, config, f"{key}.revisions", missing)
                 kept = [(r, s) for r, s in zip(revisions, steps) if r in chosen["revisions"]]
                 if not kept:
                     raise ConfigError(

@@ -52,9 +52,40 @@ def log_subsample(items: list, n: int, key=None) -> list:
 
 
 def render_revision(template: str, step: int, tokens_per_step: int) -> str:
-    """Revision name of `step`, e.g. template 'stage1-step{step}-tokens{tokens_b}B'."""
-    tokens_b = round(step * tokens_per_step / 1e9)
+    """Revision name of `step`, e.g. template 'stage1-step{step}-tokens{tokens_b}B'.
+
+    `tokens_b` is the tokens seen, in billions, rounded up (exact integer arithmetic), as
+    OLMo names its branches: allenai/OLMo's README (commit 59a53e3) links OLMo-2-0425-1B's
+    final `stage1-step1907359-tokens4001B` (4000.02B tokens at 512 x 4096 tokens a step) and
+    `stage2-ingredient1-step23852-tokens51B` (50.02B); rounding to nearest would give 4000
+    and 50, names that do not exist.
+
+    >>> render_revision("stage1-step{step}-tokens{tokens_b}B", 1907359, 2097152)
+    'stage1-step1907359-tokens4001B'
+    """
+    tokens_b = -(-step * tokens_per_step // 10**9)
     return template.format(step=step, tokens_b=tokens_b)
+
+
+# Branches a suite's repository lists (or its schedule promises) that hold no weights
+# upstream, with the report that says so: hub id -> {revision: issue}. A generated schedule
+# (`schedule: pythia`) plans around them; an explicit list naming one is refused at planning
+# (lmsat.config), not after hours of other work at fetch.
+MISSING_WEIGHTS: dict[str, dict[str, str]] = {
+    # EleutherAI/pythia#202 (open): "missing weights on HF"
+    "EleutherAI/pythia-410m-seed9": {"step40000": "EleutherAI/pythia#202"},
+    "EleutherAI/pythia-410m-seed6": {"step88000": "EleutherAI/pythia#202"},
+    "EleutherAI/pythia-410m-seed2": {"step111000": "EleutherAI/pythia#202"},
+}
+
+
+def missing_weights(model_id: str) -> dict[str, str]:
+    """Revisions of hub repository `model_id` known to hold no weights -> the issue reporting it.
+
+    >>> missing_weights("EleutherAI/pythia-410m-seed9")
+    {'step40000': 'EleutherAI/pythia#202'}
+    """
+    return dict(MISSING_WEIGHTS.get(model_id, {}))
 
 
 def parse_step(revision: str, step_regex: str) -> int:
