@@ -234,7 +234,9 @@ def figure_report(path):
 # ---------------------------------------------------------------- the report (report.smk)
 # a run of the published record alone: its own page (published.smk) is the summary
 SUMMARY_HTML = (
-    f"results/{RUN}/report/summary.html" if MODELS else PUBLISHED_SUMMARY.format(run=RUN)
+    f"results/{RUN}/report/summary.html"
+    if MODELS
+    else PUBLISHED_SUMMARY.format(run=RUN)
 )
 
 
