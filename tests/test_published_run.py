@@ -125,3 +125,23 @@ def test_an_unknown_published_model_is_refused_naming_it():
 def test_verdict_line_of_too_few_checkpoints():
     row = dict(model="m", verdict="too few checkpoints", checkpoints=1)
     assert verdict_line(row) == "m: too few checkpoints (1 checkpoints)"
+
+
+def test_the_published_figures_are_legible():
+    """Both figures, drawn from the library's tables of the whole record: no two tick labels
+    overlap, and Fig. 1a's counterpart has one line per model (deduped dashed)."""
+    from lmsat.figures import FIGURES
+    from lmsat.published_record import tables
+
+    from test_figure_legibility import assert_no_overlap
+
+    config = yaml.safe_load(CONFIG.read_text())["suites"]["pythia-published"]
+    products = tables("pythia-published", [m["name"] for m in config["models"]], config["min_params"])
+    for stem in ("published_fig1a", "published_fig1b"):
+        fig = FIGURES[stem].plot(products, [])
+        assert_no_overlap(fig, stem)
+        if stem == "published_fig1a":
+            lines = [line for line in fig.axes[0].get_lines() if line.get_xdata().size > 1]
+            assert len(lines) == 15
+            assert sum(line.get_linestyle() == "--" for line in lines) == 8  # 7 Pile-trained (no pythia-1b), 8 deduped
+            assert fig.axes[0].get_yscale() == "log" and fig.axes[0].get_xscale() == "log"

@@ -31,6 +31,6 @@ rule summarize_published:
             for name, suite in PUBLISHED.items()
         },
         config_sha256=CONFIG_SHA256,
-        figures=[f for f in summary_figures() if "/published_" in f[1]],
+        figures=[f for f in summary_figures() if is_published_figure(f[1])],
     script:
         "../scripts/summarize_published.py"

@@ -75,7 +75,8 @@ def plot_published_scaling(fit: pd.DataFrame, points: pd.DataFrame, paths):
         ax.scatter(rows["n_params"], rows["measured"], color=colour, marker=marker, s=110 if marker == "*" else 40,
                    edgecolors=edge, linewidths=1.0, zorder=3, alpha=0.85,
                    label=f"{kind} checkpoints" + ("" if np.isnan(mean) else f" (mean shortfall {mean:+.1f}%)"))
-    for label in shortfall_labels(points.drop_duplicates(["n_params", "kind"]), fit["min_params"]):
+    pile = points[~points["model"].str.endswith("-deduped")]  # one label per size: the Pile-trained twin's
+    for label in shortfall_labels(pile, fit["min_params"]):
         ax.annotate(f"{label['model'].removeprefix('pythia-')} {label['text']}", (label["n_params"], label["measured"]),
                     textcoords="offset points", xytext=(label["dx"], 0), ha=label["ha"], va="center", fontsize=6,
                     color=STYLES[label["kind"]][0], bbox=LABEL_BOX)
