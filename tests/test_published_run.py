@@ -145,3 +145,22 @@ def test_the_published_figures_are_legible():
             assert len(lines) == 15
             assert sum(line.get_linestyle() == "--" for line in lines) == 8  # 7 Pile-trained (no pythia-1b), 8 deduped
             assert fig.axes[0].get_yscale() == "log" and fig.axes[0].get_xscale() == "log"
+
+
+def test_the_default_run_plans_the_published_record_as_a_section_of_its_own(tmp_path):
+    """`make run`'s config plans the published record (its one cheap job, both figures,
+    Table 1) beside the toy suite, under a report category that says whose measurements
+    they are."""
+    from lmsat.figures import FIGURES
+
+    (tmp_path / "config").mkdir()
+    result = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory", str(tmp_path),
+         "--configfile", str(ROOT / "config" / "config.yaml"), "-n", "--quiet", "rules"],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    planned = result.stdout + result.stderr
+    assert "summarize_published" in planned and "train_toy_model" in planned
+    for stem in ("published_fig1a", "published_fig1b"):
+        assert "not this run's measurements" in FIGURES[stem].category
