@@ -39,7 +39,7 @@ import yaml
 
 from lmsat.errors import ConfigError
 from lmsat.published import published_evals
-from lmsat.verdict import Verdict, verdict_from_estimates
+from lmsat.verdict import NULL_DRAWS, Verdict, verdict_from_estimates
 
 LOSS_TASK, LOSS_METRIC = "lambada_openai", "perplexity"
 SHOTS = 0
@@ -192,10 +192,13 @@ def verdict_line(row) -> str:
     head = f"{row['model']}: {row['verdict']}"
     if row["verdict"] == "too few checkpoints":
         return f"{head} ({int(row['checkpoints'])} checkpoints)"
+    if row["best_step"] == row["final_step"]:  # no rise to report, never a rise of 0 as a finding
+        return f"{head}; the final checkpoint (step {int(row['final_step'])}) is the best"
     level = round(100 * (1 - 2 * row["alpha"]))
+    p_value = f"p = {row['p_value']:.3g}" if row["p_value"] > 0 else f"p < {1 / NULL_DRAWS:.0e}"  # Monte Carlo
     return (f"{head}; best step {int(row['best_step'])}, final step {int(row['final_step'])}; rise of "
             f"log-perplexity {row['rise']:.3f} (ppl x{math.exp(row['rise']):.2f}), {level}% interval "
-            f"[{row['rise_low']:.3f}, {row['rise_high']:.3f}], p = {row['p_value']:.3g}")
+            f"[{row['rise_low']:.3f}, {row['rise_high']:.3f}], {p_value}")
 
 
 def verdict_summary(table: pd.DataFrame) -> str:
