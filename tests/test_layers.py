@@ -88,6 +88,7 @@ LAYERS = {
     "lmsat.metrics": REGISTRY,
     "lmsat.tables": REGISTRY,
     "lmsat.report": REGISTRY,
+    "lmsat.published_record": REGISTRY,  # the published record's tables (tables, report, verdict)
     "lmsat.figures": REGISTRY,  # and every module in it (PACKAGE_LAYERS)
     # 4 orchestration: planning and entry points
     "lmsat.config": ORCHESTRATION,

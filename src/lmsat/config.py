@@ -390,7 +390,7 @@ def _check_references(config: dict, models: dict[str, ModelEntry]) -> None:
         for name in config[section]:
             check_path_name(f"{section}.{name}", name, what)
     corpus = config["sample"]["corpus"]
-    if corpus not in config["corpora"]:
+    if corpus not in config["corpora"] and models:  # a published record alone samples nothing
         raise ConfigError(
             "sample.corpus", f"corpus {corpus!r} is not defined", f"use one of: {', '.join(config['corpora']) or 'none'}"
         )
@@ -645,6 +645,11 @@ def load_plan(config: dict, schema: str | Path | dict, default_run: str = "defau
         for key, value in sorted(config.items())
     }
     config["run"] = check_path_name("run", config["run"] or default_run, "run name")
+    # Suites of EleutherAI's published record (source: published) have no checkpoints to
+    # load: their model names are checked against the record, and the model planning below
+    # (local runs, the selection, the entries) sees only the checkpoint suites.
+    published = published_suites(config)
+    config = dict(config, suites={n: s for n, s in config["suites"].items() if n not in published})
     config = resolve_local_runs(config)  # discovered revisions, before a selection cuts them
     whole = config
     config = select(whole)
@@ -662,7 +667,23 @@ def load_plan(config: dict, schema: str | Path | dict, default_run: str = "defau
             suite["models"] = [m for m in suite["models"] if m["name"] in models]
         unselected["suites"] = {name: s for name, s in unselected["suites"].items() if s["models"]}
         trained = _models(unselected)
+    config["suites"] = {**config["suites"], **published}
     return Plan(config=config, models=by_size(models), trained=trained)
+
+
+def published_suites(config: dict) -> dict[str, dict]:
+    """The suites whose source is EleutherAI's published record, each model name checked
+    against it (lmsat.published_record.check_models: a ConfigError naming the entry)."""
+    from lmsat.published_record import check_models
+
+    published = {n: s for n, s in config["suites"].items() if s["source"] == "published"}
+    if len(published) > 1:
+        raise ConfigError(f"suites.{list(published)[1]}.source", "a run reads EleutherAI's published record once",
+                          f"list every published model in one suite ({list(published)[0]})")
+    for name, suite in published.items():
+        check_path_name(f"suites.{name}", name, "suite name")
+        check_models([m["name"] for m in suite["models"]], f"suites.{name}.models")
+    return published
 
 
 def run_of_config_file(path, default_config) -> str:
@@ -761,11 +782,12 @@ def offline_defaults(config: dict) -> dict:
     sources = {
         model.get("source", "hub")
         for suite in suites.values()
-        if isinstance(suite, dict)
+        if isinstance(suite, dict) and suite.get("source") != "published"
         for model in (suite.get("models") or [])
         if isinstance(model, dict)
     }
-    if not sources:
+    published = any(isinstance(s, dict) and s.get("source") == "published" for s in suites.values())
+    if not sources and not published:
         return config
     config = copy.deepcopy(config)
     if "hub" not in sources and "tasks" not in (config.get("evaluation") or {}):

@@ -37,7 +37,11 @@ rule build_head_cache:
         model=get_final_model_params,
         tokenizer=lambda wildcards: model_tokenizer(wildcards.model),
         corpora=HEAD_SET_CORPORA,
-        corpus_specs={c: corpus_spec(c) for c in sorted(set(HEAD_SET_CORPORA.values()))},
+        corpus_specs={
+            c: corpus_spec(c)
+            for c in sorted(set(HEAD_SET_CORPORA.values()))
+            if c in CONFIG["corpora"]  # none: a published record alone
+        },
         sample_corpus=CONFIG["sample"]["corpus"],
         seq_len=CONFIG["sample"]["seq_len"],
         train_tokens=BOTTLENECK["train_tokens"],

@@ -144,6 +144,8 @@ else:
 RESULT_CONFIG = result_config(CONFIG, SCHEMA)
 CONFIG_SHA256 = config_sha256(RESULT_CONFIG)
 MODELS = PLAN.models
+# The suite of EleutherAI's published record (source: published; published.smk), if any.
+PUBLISHED = {n: s for n, s in CONFIG["suites"].items() if s["source"] == "published"}
 TOY_LANGUAGE = f"results/{RUN}/toy/language.h5"
 TOY_TOKENIZER = f"results/{RUN}/toy/tokenizer/tokenizer.json"
 FETCH = CONFIG["fetch"]
@@ -161,7 +163,7 @@ NGRAM_CORPORA = NGRAMS["corpora"]  # empty: no Fig. 7
 NGRAM_TOKENIZERS = ngram_tokenizers(CONFIG, MODELS)
 # The planned metrics (lmsat.metrics; load_plan checks the names and what their tables
 # need) and the tables they aggregate into (the figures: products.smk).
-PLANNED_METRICS = CONFIG["metrics"] or list(METRICS)
+PLANNED_METRICS = (CONFIG["metrics"] or list(METRICS)) if MODELS else []
 CACHE_METRICS = [m for m in PLANNED_METRICS if METRICS[m].reads == "cache"]
 WEIGHT_METRICS = [m for m in PLANNED_METRICS if METRICS[m].reads == "weights"]
 WEIGHT_METRIC_FILES = {

@@ -7,14 +7,30 @@
 # adding a figure takes its plot function and its caption, no rule (docs/extending.md).
 # The rules are in report.smk (snakemake --lint wants rules and functions apart).
 from lmsat.figures import FIGURES
+from lmsat.figures.published import PUBLISHED as PUBLISHED_CATEGORY
+
+PUBLISHED_TABLES = [
+    "published_loss",
+    "published_table1",
+    "published_scaling_fit",
+    "published_scaling_shortfall",
+    "published_verdicts",
+]
+PUBLISHED_TABLE1_SECTION = (
+    PUBLISHED_CATEGORY,
+    "Table 1 for every size (published)",
+    [],
+    ["published_table1"],
+)
+PUBLISHED_SUMMARY = "results/{run}/report/published_summary.html"
 
 # Tables that rules of their own write (results/{run}/tables/<name>.csv); name -> (the
 # rule's name, whether this config runs it). Figures name them as they name metric tables.
 RULE_TABLES = {
-    "best_final": ("select_checkpoints", True),
-    "scaling_fit": ("fit_scaling_law", SCALING["enabled"]),
-    "scaling_shortfall": ("fit_scaling_law", SCALING["enabled"]),
-    "table1": ("make_table1", bool(EVALUATION["tasks"])),
+    "best_final": ("select_checkpoints", bool(MODELS)),
+    "scaling_fit": ("fit_scaling_law", SCALING["enabled"] and bool(MODELS)),
+    "scaling_shortfall": ("fit_scaling_law", SCALING["enabled"] and bool(MODELS)),
+    "table1": ("make_table1", bool(EVALUATION["tasks"]) and bool(MODELS)),
     "bottleneck_heads": ("tabulate_bottleneck", bool(BOTTLENECK["models"])),
     "bottleneck_lr_search": ("tabulate_bottleneck", bool(BOTTLENECK["models"])),
     "ngram_werror": ("tabulate_ngrams", bool(NGRAM_CORPORA)),
@@ -22,12 +38,14 @@ RULE_TABLES = {
         "ngram_ground_truth",
         bool(NGRAMS["ground_truth"]["sample_sizes"]),
     ),
-    "paper_comparison": ("summarize_run", True),
-    "published_evals": ("summarize_run", True),
+    "paper_comparison": ("summarize_run", bool(MODELS)),
+    "published_evals": ("summarize_run", bool(MODELS)),
+    **{name: ("summarize_published", bool(PUBLISHED)) for name in PUBLISHED_TABLES},
 }
 # Report sections of a table that no figure draws: target -> (category, title, [], tables).
 TABLE_SECTIONS = {
     "table1": ("Saturation", "Table 1: best vs final downstream", [], ["table1"]),
+    "published_table1": PUBLISHED_TABLE1_SECTION,
 }
 # every table: name -> the rule that writes it
 TABLES = {name: "tabulate_metric" for name in table_metric()}
@@ -214,7 +232,12 @@ def figure_report(path):
 
 
 # ---------------------------------------------------------------- the report (report.smk)
-SUMMARY_HTML = f"results/{RUN}/report/summary.html"
+# a run of the published record alone: its own page (published.smk) is the summary
+SUMMARY_HTML = (
+    f"results/{RUN}/report/summary.html"
+    if MODELS
+    else PUBLISHED_SUMMARY.format(run=RUN)
+)
 
 
 def table_category(wildcards):

@@ -1,0 +1,89 @@
+"""Figures of EleutherAI's published record of Pythia (lmsat.published_record): the
+counterparts of Fig. 1a and Fig. 1b, drawn from LAMBADA last-word perplexity as an older
+lm-eval harness measured it, not from the Pile validation loss the paper plots.
+
+    plot_published_curves(pd.read_csv("results/published/tables/published_loss.csv"), ["a.png"])
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from lmsat.figures.registry import figure
+from lmsat.figures.saturation import LABEL_BOX, STYLES, law_curve, shortfall_labels
+from lmsat.figures.style import colours, in_table_order, log_axis, plt, save_figure
+
+PUBLISHED = "EleutherAI's published record (not this run's measurements)"
+SOURCE_NOTE = "EleutherAI's published lm-eval (< 0.4) results, zero-shot: LAMBADA last-word perplexity, not the Pile loss"
+
+
+def sizes_in_order(table: pd.DataFrame) -> list[str]:
+    return list(dict.fromkeys(m.removesuffix("-deduped") for m in in_table_order(table)))
+
+
+@figure("published_fig1a", tables=("published_loss",), target="published_fig1a", category=PUBLISHED,
+        title="Fig. 1a counterpart: published LAMBADA perplexity along training", cites=("published_verdicts",))
+def plot_published_curves(table: pd.DataFrame, paths):
+    """LAMBADA perplexity against training tokens (both log), one colour per size, the deduped
+    twin dashed, each model's best (lowest-perplexity) checkpoint a star; step 0 (0 tokens)
+    has no place on the log axis and is left out."""
+    along = table[table["tokens"] > 0]
+    if along.empty:
+        raise ValueError("published_loss: no checkpoint past step 0 to draw")
+    sizes = sizes_in_order(along)
+    palette = colours(sizes)
+    fig, ax = plt.subplots(figsize=(7, 4.6))
+    for model in in_table_order(along):
+        rows = along[along["model"] == model].sort_values("step")
+        deduped = model.endswith("-deduped")
+        colour = palette[model.removesuffix("-deduped")]
+        ax.plot(rows["tokens"], rows["perplexity"], color=colour, lw=1.2, ls="--" if deduped else "-",
+                label=model.removeprefix("pythia-"))
+        best = rows[rows["is_best"].astype(bool)]
+        ax.scatter(best["tokens"], best["perplexity"], marker="*", s=90, color=colour, edgecolors="black",
+                   linewidths=0.5, zorder=3)
+    ax.scatter([], [], marker="*", s=90, color="white", edgecolors="black", label="best checkpoint")
+    log_axis(ax, "x")
+    ax.set_yscale("log")
+    ax.set_xlabel("training tokens")
+    ax.set_ylabel("LAMBADA perplexity (published)")
+    ax.set_title(SOURCE_NOTE, fontsize=7)
+    ax.legend(fontsize=6, ncol=3, loc="upper right", title="solid: Pile, dashed: deduped", title_fontsize=6)
+    return save_figure(fig, paths)
+
+
+@figure("published_fig1b", tables=("published_scaling_fit", "published_scaling_shortfall"),
+        target="published_fig1b", category=PUBLISHED,
+        title="Fig. 1b counterpart: published LAMBADA log-perplexity against the power law")
+def plot_published_scaling(fit: pd.DataFrame, points: pd.DataFrame, paths):
+    """log(LAMBADA ppl) of each model's best (stars) and final (circles) checkpoint against N,
+    and the power law A / N^alpha fitted on the models >= min_params (black-edged points);
+    each smaller model's point is labelled with its shortfall in %."""
+    fit = fit.iloc[0]
+    constants = {key: float(fit[key]) for key in ("A", "alpha", "B", "beta", "E")}
+    n_grid = np.geomspace(points["n_params"].min() / 1.5, points["n_params"].max() * 1.5, 200)
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    final = points[points["kind"] == "final"]
+    ax.plot(n_grid, law_curve(final["n_params"], final["tokens"], n_grid, **constants), color="0.2", lw=1.2,
+            label=f"log ppl = {constants['A']:.3g} / N^{constants['alpha']:.3f} (fit on N >= {fit['min_params']:.3g})")
+    for kind in ("final", "best"):
+        colour, marker = STYLES[kind]
+        rows = points[points["kind"] == kind]
+        mean = rows.loc[rows["n_params"] < fit["min_params"], "shortfall_pct"].mean()
+        edge = np.where(rows["fitted"].astype(bool), "black", "none")
+        ax.scatter(rows["n_params"], rows["measured"], color=colour, marker=marker, s=110 if marker == "*" else 40,
+                   edgecolors=edge, linewidths=1.0, zorder=3, alpha=0.85,
+                   label=f"{kind} checkpoints" + ("" if np.isnan(mean) else f" (mean shortfall {mean:+.1f}%)"))
+    pile = points[~points["model"].str.endswith("-deduped")]  # one label per size: the Pile-trained twin's
+    for label in shortfall_labels(pile, fit["min_params"]):
+        ax.annotate(f"{label['model'].removeprefix('pythia-')} {label['text']}", (label["n_params"], label["measured"]),
+                    textcoords="offset points", xytext=(label["dx"], 0), ha=label["ha"], va="center", fontsize=6,
+                    color=STYLES[label["kind"]][0], bbox=LABEL_BOX)
+    ax.axvline(fit["min_params"], color="0.6", ls=":", lw=1)
+    log_axis(ax, "x")
+    ax.set_xlabel(f"parameters N ({str(fit['params']).replace('_', '-')})")
+    ax.set_ylabel("log LAMBADA perplexity (published)")
+    ax.set_title(SOURCE_NOTE + "; B, beta, E of Hoffmann et al. do not apply", fontsize=7)
+    ax.legend(fontsize=7, loc="upper right")
+    return save_figure(fig, paths)

@@ -1,0 +1,35 @@
+"""Rule summarize_published: the tables of EleutherAI's published record of Pythia
+(lmsat.published_record) and its summary page; one line per model's verdict in the log."""
+
+import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
+import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
+
+import logging
+import os
+from pathlib import Path
+
+from lmsat.io import atomic_path, setup_logging
+from lmsat.published import source
+from lmsat.published_record import summary_page, tables, verdict_line, verdict_summary
+from lmsat.tables import write_csv
+
+log = logging.getLogger(__name__)
+
+
+def main(snakemake):
+    setup_logging(snakemake.log[0])
+    ((suite, settings),) = snakemake.params.suites.items()
+    products = tables(suite, list(settings["models"]), float(settings["min_params"]))
+    for name, table in products.items():
+        write_csv(table, snakemake.output[name], snakemake.params.config_sha256)
+    for row in products["published_verdicts"].to_dict("records"):
+        log.info("verdict %s", verdict_line(row))
+    log.info("%s", verdict_summary(products["published_verdicts"]))
+    here = os.path.dirname(snakemake.output.html)
+    figures = [(title, path, os.path.relpath(path, here)) for title, path in snakemake.params.figures]
+    with atomic_path(snakemake.output.html) as tmp:
+        Path(tmp).write_text(summary_page(products, source(), figures), encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main(snakemake)  # noqa: F821 (injected by Snakemake's script directive)
