@@ -6,8 +6,8 @@
 
 `export` writes the per-sequence mean losses (lmsat.verdict.sequence_means of each cache's
 `loss` dataset) of one model's checkpoints, one column per step. `rates` resamples its
-sequences about a flat curve (the size) and about curves that fall, bottom out at the 6th of
-9 checkpoints and rise to the final by 1 ... 5 standard errors of the paired best-to-final
+sequences about a flat curve (the size) and about curves that fall, bottom out at the
+3rd-last checkpoint and rise to the final by 1 ... 5 standard errors of the paired best-to-final
 difference (the power), as tests/test_verdict.py does (rise_curve).
 """
 
@@ -53,14 +53,13 @@ def rates(curves: int, draws: int, alpha: float) -> None:
     bound = 3 * math.sqrt(alpha * (1 - alpha) / curves)
     print(f"{DATA.name}: {losses.shape[1]} sequences x {losses.shape[0]} checkpoints; {curves} curves each, "
           f"{draws} null draws, alpha {alpha}")
-    print(f"paired SE of the best (6th checkpoint) to final difference: {se:.5f} nats")
     print(f"flat curve: saturates in {hits} of {curves} ({size:.3f}; alpha + 3 binomial SE = {alpha + bound:.3f})")
     print("| true rise (SE) | rise (nats) | detected |")
     print("| --- | --- | --- |")
     for rise in (1, 2, 3, 4, 5):
-        power, hits, _ = simulated_rate(losses, rise_curve(float(rise)), curves=curves, alpha=alpha, draws=draws,
+        power, hits, se = simulated_rate(losses, rise_curve(float(rise), len(losses)), curves=curves, alpha=alpha, draws=draws,
                                         seed=2)
-        print(f"| {rise} | {rise * se:.4f} | {power:.3f} ({hits}/{curves}) |")
+        print(f"| {rise} | {rise * se:.4f} | {power:.3f} ({hits}/{curves}) |", flush=True)
 
 
 def main() -> None:
