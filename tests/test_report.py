@@ -5,10 +5,12 @@ import math
 import re
 from html import unescape
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from lmsat.report import key_numbers, paper_comparison, paper_values, summary_page, table_page
+from lmsat.verdict import VERDICT_COLUMNS, verdict_from_paired
 
 
 def loss_table():
@@ -89,5 +91,29 @@ def test_toy_run_is_shown_beside_the_paper_without_differences():
     assert "</script>" not in html  # the report embeds it in a <script> JSON string
     head, body = cells(html, "sortable key-numbers")
     assert [row[0] for row in body] == ["toy-d16", "toy-d32"]
-    final_above = dict(zip(head, body[0]))["final_above_best_pct"]
-    assert float(final_above) == pytest.approx(10.0)  # 3.3 / 3.0 - 1
+    assert "final_above_best_pct" not in head  # biased up by the pick of the best: the verdicts replace it
+    assert float(dict(zip(head, body[0]))["final_loss"]) == pytest.approx(3.3)
+
+
+def test_the_summary_leads_with_a_verdict_per_model_with_its_rise_and_interval():
+    rng = np.random.default_rng(0)
+    difficulty = rng.normal(0, 0.3, 200)
+    curves = {"toy-d16": [4.0, 3.2, 3.0, 3.1], "toy-d32": [4.0, 3.2, 3.0, 2.9], "toy-d64": [3.0]}
+    rows = []
+    for model, curve in curves.items():
+        losses = np.array(curve)[:, None] + difficulty[None, :] + rng.normal(0, 0.02, (len(curve), 200))
+        rows.append({"model": model, **verdict_from_paired([0, 10, 20, 40][:len(curve)], losses).as_row()})
+    verdicts = pd.DataFrame(rows, columns=list(VERDICT_COLUMNS))
+    numbers = key_numbers(loss_table(), {"toy-d16": 16, "toy-d32": 32})
+    comparison = paper_comparison(paper_values(), {"toy-d16": "toy"})
+    html = summary_page("summary", ["a fact"], numbers, comparison, "Godey et al.", verdicts=verdicts)
+    assert html.index("Saturation verdicts") < html.index("a fact") < html.index("Key numbers")
+    head, body = cells(html, "sortable verdicts")
+    assert head[:4] == ["model", "verdict", "rise (nats)", "rise interval (90%)"]
+    shown = {row[0]: dict(zip(head, row)) for row in body}
+    assert shown["toy-d16"]["verdict"] == "saturates" and shown["toy-d16"]["best_step"] == "20"
+    low, high = (float(x.replace("\u2212", "-")) for x in shown["toy-d16"]["rise interval (90%)"].strip("[]").split(", "))
+    assert 0 < low < 0.1 < high and shown["toy-d16"]["final_step"] == "40"
+    assert shown["toy-d32"]["verdict"] == "no evidence" and shown["toy-d32"]["rise (nats)"].startswith("none")
+    assert shown["toy-d64"]["verdict"] == "too few checkpoints" and shown["toy-d64"]["rise interval (90%)"] == "–"
+    assert "biases it up" in unescape(html)

@@ -241,6 +241,7 @@ def verify_csv(path) -> str:
 BOUNDS = {
     "loss": (0.0, math.inf),
     "loss_sem": (0.0, math.inf),
+    "sequence_loss": (0.0, math.inf),  # per-sequence mean losses (the loss metric)
     "eval_loss": (0.0, math.inf),
     "eval_acc": (0.0, 1.0),
     "accuracy": (0.0, 1.0),

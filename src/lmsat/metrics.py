@@ -11,9 +11,10 @@ The workflow plans from this registry alone (config `metrics:` names entries; th
                      weight metric of a checkpoint runs in its one analyse_checkpoint job,
                      which loads the weights once (an HDF5 file per checkpoint x metric)
 
-    tables: name -> Table(build(files, needed_tables, model_order) -> DataFrame, needs=...)
-            (rule tabulate_metric, one generic rule for every table; builders: functions
-            of lmsat.tables, their arguments bound with functools.partial)
+    tables: name -> Table(build(files, needed_tables, model_order, **options) -> DataFrame,
+            needs=..., options=...) (rule tabulate_metric, one generic rule for every table;
+            builders: functions of lmsat.tables, their arguments bound with functools.partial;
+            options: build keyword -> dotted config key, passed by the rule's params)
 
 This module imports no torch, and lmsat.tables imports scipy only where it fits, so the
 workflow reads both at DAG time.
@@ -37,6 +38,7 @@ class Table:
     build: Callable  # (files, {needed table: DataFrame}, model_order) -> DataFrame
     needs: tuple[str, ...] = ()  # tables (of this or planned metrics) the build reads
     row_provenance: bool = True  # each row records the lmsat source that computed it
+    options: dict[str, str] = field(default_factory=dict)  # build keyword -> dotted config key
 
 
 @dataclass(frozen=True)
@@ -90,16 +92,25 @@ def table_metric() -> dict[str, str]:
     reads="cache",
     higher_is_better=False,
     description="mean per-token cross-entropy (nats) on the eval sample",
-    tables={"loss": Table(tables.loss_from_records)},
+    tables={
+        "loss": Table(tables.loss_from_records),
+        "saturation_verdicts": Table(
+            tables.verdicts_from_records,
+            options={"alpha": "saturation.alpha", "min_checkpoints": "saturation.min_checkpoints"},
+        ),
+    },
 )
 def loss(cache) -> dict:
-    """Mean cross-entropy over every predicted position of the eval sample."""
+    """Mean cross-entropy over every predicted position of the eval sample, and each
+    sequence's mean (`sequence_loss`, (n_seq,)): the same sequences at every checkpoint, the
+    paired units of the saturation verdict (lmsat.verdict). Reads the `loss` dataset only."""
     from lmsat.cache import CacheError
 
     values = cache["loss"][...].astype(np.float64)  # (n_seq, seq_len - 1)
     if not np.isfinite(values).all() or (values < 0).any():
         raise CacheError(f"{cache.filename}: per-token losses contain NaN/Inf or negative values; delete the cache and rerun")
-    return {"loss": float(values.mean()), "loss_sem": float(values.std() / np.sqrt(values.size)), "n_tokens": int(values.size)}
+    return {"loss": float(values.mean()), "loss_sem": float(values.std() / np.sqrt(values.size)), "n_tokens": int(values.size),
+            "sequence_loss": values.mean(axis=1).tolist()}
 
 
 @register(

@@ -234,16 +234,17 @@ def paper_comparison(paper: dict, suites: dict[str, str], fit=None, table1: pd.D
 def key_numbers(loss: pd.DataFrame, hidden_sizes: dict[str, int], shortfall: pd.DataFrame | None = None,
                 heads: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per model (loss table order, i.e. by size): d, checkpoints, best and final
-    checkpoint and loss, how far the final loss is above the best (the saturation), and where
-    available the shortfall below the scaling law and the rank at which a rank-r head's loss rises."""
+    checkpoint and loss, and where available the shortfall below the scaling law and the rank
+    at which a rank-r head's loss rises. Whether the final is above the best beyond noise is
+    the verdict's question (verdict_rows); the raw final / best - 1, biased up by the pick of
+    the best, is not given."""
     rows = []
     for model, rows_of in loss.groupby("model", sort=False):
         best = rows_of[rows_of["is_best"].astype(bool)].iloc[0]
         final = rows_of[rows_of["is_final"].astype(bool)].iloc[0]
         row = dict(model=model, hidden_size=hidden_sizes.get(model, math.nan), checkpoints=len(rows_of),
                    best_revision=best["revision"], best_loss=float(best["loss"]), final_revision=final["revision"],
-                   final_loss=float(final["loss"]),
-                   final_above_best_pct=100 * (float(final["loss"]) / float(best["loss"]) - 1))
+                   final_loss=float(final["loss"]))
         if shortfall is not None:
             for kind in ("best", "final"):
                 match = shortfall[(shortfall["model"] == model) & (shortfall["kind"] == kind)]
@@ -253,6 +254,47 @@ def key_numbers(loss: pd.DataFrame, hidden_sizes: dict[str, int], shortfall: pd.
             row["risen_up_to_rank"] = int(point["rank"].iloc[0]) if len(point) else None
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _signed(value: float) -> str:
+    return "–" if math.isnan(value) else f"{value:+.3g}"
+
+
+def verdict_rows(verdicts: pd.DataFrame) -> pd.DataFrame:
+    """The summary's first table, one row per model of results/tables/saturation_verdicts.csv
+    (lmsat.verdict): the verdict, the observed rise of the final above the best checkpoint
+    (none where the final is the best: no rise is shown as a finding), its simultaneous
+    interval, its standard error, the p-value, the best and the final step."""
+    rows = []
+    for v in verdicts.to_dict("records"):
+        final_is_best = int(v["best_step"]) == int(v["final_step"])
+        measured = v["verdict"] != "too few checkpoints"
+        level = f"{100 * (1 - 2 * float(v['alpha'])):.0f}%"
+        rise = ("none: the final is the lowest" if final_is_best else _signed(float(v["rise"]))) if measured else "–"
+        interval = f"[{_signed(float(v['rise_low']))}, {_signed(float(v['rise_high']))}]" if measured else "–"
+        rows.append({"model": v["model"], "verdict": v["verdict"], "rise (nats)": rise,
+                     f"rise interval ({level})": interval, "rise_se": float(v["rise_se"]),
+                     "p_value": float(v["p_value"]), "best_step": int(v["best_step"]),
+                     "final_step": int(v["final_step"]), "checkpoints": int(v["checkpoints"])})
+    return pd.DataFrame(rows)
+
+
+def verdict_section(verdicts: pd.DataFrame) -> list[str]:
+    """The summary's lead: does each model saturate, and how sure are we (verdict_rows)."""
+    alpha = float(verdicts["alpha"].iloc[0]) if len(verdicts) else 0.05
+    units = int(verdicts["units"].max()) if len(verdicts) else 0
+    note = (f"A one-sided max-t test of the final checkpoint's loss against every earlier one's, paired over "
+            f"the same {units:,} eval sequences at every checkpoint (sequences are the independent units; "
+            f"docs/saturation.md). saturates: the final is worse than some earlier checkpoint beyond noise, "
+            f"at level {alpha:g} after accounting for picking the best of many noisy checkpoints; no evidence: "
+            "it is not (which is not evidence of no rise); too few checkpoints: fewer than saturation."
+            "min_checkpoints. rise = final − best loss as measured: picking the lowest of many noisy losses "
+            "biases it up, which is why the summary no longer gives final ÷ best − 1 as the saturation. The "
+            f"interval is simultaneous over the choice of the best ({100 * (1 - 2 * alpha):.0f}%: each bound "
+            f"{100 * (1 - alpha):.0f}%); it excludes 0 exactly when the verdict is saturates. rise_se: standard "
+            "error of the paired best-to-final difference. Table: results/tables/saturation_verdicts.csv.")
+    return ["<h2>Saturation verdicts, by model (smallest first)</h2>", f"<p class=\"note\">{html.escape(note)}</p>",
+            html_table(verdict_rows(verdicts), css_class="sortable verdicts")]
 
 
 def figure_links(figures) -> str:
@@ -290,8 +332,9 @@ def published_section(published: pd.DataFrame, source: dict, shots: int) -> list
 
 def summary_page(title: str, facts: list[str], numbers: pd.DataFrame, comparison: pd.DataFrame,
                  source: str, figures=(), published: pd.DataFrame | None = None, published_source=None,
-                 shots: int = 0) -> str:
-    """The report's first page: the run's facts, a link to each of its figures (`figures`:
+                 shots: int = 0, verdicts: pd.DataFrame | None = None) -> str:
+    """The report's first page: the saturation verdict of each model (`verdicts`, the table
+    saturation_verdicts), the run's facts, a link to each of its figures (`figures`:
     (title, path in the report, href from this page)), its key numbers, the paper's values
     beside them, and EleutherAI's published evaluations of its Pythia checkpoints beside its
     own lm-eval results (`published`, when the run has any such checkpoint)."""
@@ -306,12 +349,13 @@ def summary_page(title: str, facts: list[str], numbers: pd.DataFrame, comparison
              "(the values it has no counterpart of, e.g. Table 1 of Pythia-160M, are in the CSV).")
     body = "\n".join([
         f"<h1>{html.escape(title)}</h1>",
+        *(verdict_section(verdicts) if verdicts is not None else []),
         "<ul>" + "".join(f"<li>{html.escape(fact)}</li>" for fact in facts) + "</ul>",
         *(["<h2>Figures</h2>", "<p class=\"note\">Click one to see it with its caption.</p>", figure_links(figures)]
           if figures else []),
         "<h2>Key numbers, by model (smallest first)</h2>",
-        "<p class=\"note\">final_above_best_pct: how far the last checkpoint's loss is above the "
-        "loss-minimising one's (saturation); *_shortfall_pct: loss above the scaling law of Fig. 1b; "
+        "<p class=\"note\">best_*: the loss-minimising checkpoint, final_*: the last (whether the final "
+        "is above the best beyond noise: the verdicts above); *_shortfall_pct: loss above the scaling law of Fig. 1b; "
         "risen_up_to_rank: largest rank r whose rank-r head loses to the full head by more than "
         "bottleneck.rise_tolerance (Fig. 6). Tables: results/tables.</p>",
         html_table(numbers, css_class="sortable key-numbers"),

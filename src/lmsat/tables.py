@@ -20,9 +20,10 @@ import pandas as pd
 from lmsat.degeneration import ATTENTION_KINDS, ATTENTION_SCALARS, RECORD_KEYS, read_attention, read_spectrum
 from lmsat.evaluation import CHECKPOINT_ORDER, TABLE1_TASKS, metric_value
 from lmsat.evaluation import METRICS as TABLE1_METRICS
-from lmsat.integrity import BOUNDS, check_values, csv_with_checksum, require_keys, verify_csv, verify_hdf5
+from lmsat.integrity import BOUNDS, check_values, corrupt, csv_with_checksum, require_keys, verify_csv, verify_hdf5
 from lmsat.io import atomic_path, check_identity, library_versions, promised_by_path, read_json, read_record, source_sha256
 from lmsat.spectra import effective_rank, identical_heads, singular_entropy, stable_rank
+from lmsat.verdict import DEFAULT_ALPHA, DEFAULT_MIN_CHECKPOINTS, VERDICT_COLUMNS, verdict_from_paired
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +81,38 @@ def metric_records(files, values: tuple[str, ...] = ()) -> list[dict]:
 
 def loss_from_records(files, needed: dict, model_order: list[str] | None) -> pd.DataFrame:
     return loss_table(metric_records(files, ("loss", "loss_sem")), model_order)
+
+
+def verdicts_from_records(files, needed: dict, model_order: list[str] | None, alpha: float = DEFAULT_ALPHA,
+                          min_checkpoints: int = DEFAULT_MIN_CHECKPOINTS) -> pd.DataFrame:
+    """One row per model (VERDICT_COLUMNS): its saturation verdict (lmsat.verdict), a paired
+    max-t test of its final checkpoint against every earlier one, from the per-sequence mean
+    losses of its loss records (`sequence_loss`: the same eval sequences at every checkpoint).
+    Reads the loss metric's JSON records only (each reduced from a cache's `loss` dataset),
+    never a hidden-state array. A model with fewer than `min_checkpoints` checkpoints gets
+    `too few checkpoints`."""
+    records = metric_records(files, ("loss", "sequence_loss"))
+    if not records:
+        raise ValueError("no loss records to test for saturation")
+    by_model: dict[str, list[tuple[str, dict]]] = {}
+    for path, record in zip(files, records):
+        by_model.setdefault(record["model"], []).append((str(path), record))
+    rows = []
+    for model, items in by_model.items():
+        items.sort(key=lambda item: item[1]["step"])
+        steps = [int(record["step"]) for _, record in items]
+        if len(set(steps)) < len(steps):
+            twice = sorted({s for s in steps if steps.count(s) > 1})
+            raise ValueError(f"{model}: two loss records of step(s) {twice} ({', '.join(p for p, _ in items)}); "
+                             "fix: one revision per step in the plan")
+        counts = {len(record["sequence_loss"]) for _, record in items}
+        if len(counts) > 1:
+            raise corrupt(items[-1][0], f"{model}'s checkpoints were scored on {sorted(counts)} sequences, "
+                          "not the same eval sample (a paired test needs the same sequences at every checkpoint)")
+        per_sequence = np.array([record["sequence_loss"] for _, record in items], dtype=np.float64)  # (K, n_seq)
+        verdict = verdict_from_paired(steps, per_sequence, alpha=alpha, min_checkpoints=min_checkpoints)
+        rows.append({"model": model, **verdict.as_row()})
+    return in_model_order(pd.DataFrame(rows), model_order, [])[list(VERDICT_COLUMNS)]
 
 
 def anisotropy_from_records(files, needed: dict, model_order: list[str] | None, part: int) -> pd.DataFrame:

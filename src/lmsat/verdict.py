@@ -37,7 +37,7 @@ Two sources of the d_k's covariance:
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 
@@ -79,16 +79,30 @@ class Verdict:
         return asdict(self)
 
 
+# A verdict table's columns (the table saturation_verdicts of every run, lmsat.tables)
+VERDICT_COLUMNS = ("model", *(f.name for f in fields(Verdict)))
+
+
 def max_z_quantile(correlation: np.ndarray, alpha: float, draws: int = NULL_DRAWS,
-                   seed: int = NULL_SEED) -> tuple[float, np.ndarray]:
+                   seed: int = NULL_SEED, df: float = math.inf) -> tuple[float, np.ndarray]:
     """The 1 - alpha quantile of max_k Z_k, Z ~ N(0, correlation), by Monte Carlo, and the
     sorted draws of the maximum (for p-values). A singular correlation (two identical
     checkpoints) is fine: the draws come from its eigen-decomposition, negative eigenvalues
-    (rounding) clipped."""
+    (rounding) clipped.
+
+    df: finite for t statistics whose standard errors were estimated from df + 1 units
+    (a paired verdict): the draws are then multivariate t, Z / sqrt(W / df) with one
+    W ~ chi2(df) per draw (as Dunnett's test), heavier-tailed than the normal; with few
+    sequences the normal critical value rejects a flat curve far more often than alpha
+    (8 sequences: 13% at alpha = 0.05, tests/test_verdict.py)."""
     eigenvalues, vectors = np.linalg.eigh(correlation)
     root = vectors * np.sqrt(np.clip(eigenvalues, 0.0, None))  # (m, m): root @ root.T = correlation
-    normal = np.random.default_rng(seed).standard_normal((draws, correlation.shape[0]))
-    maxima = np.sort((normal @ root.T).max(axis=1))  # (draws,)
+    rng = np.random.default_rng(seed)
+    normal = rng.standard_normal((draws, correlation.shape[0]))
+    statistics = normal @ root.T  # (draws, m)
+    if math.isfinite(df):
+        statistics /= np.sqrt(rng.chisquare(df, size=(draws, 1)) / df)
+    maxima = np.sort(statistics.max(axis=1))  # (draws,)
     return float(np.quantile(maxima, 1 - alpha)), maxima
 
 
@@ -102,10 +116,15 @@ def _too_few(steps: np.ndarray, means: np.ndarray, alpha: float, units: int) -> 
 
 
 def verdict_from_differences(steps, losses, rise_mean, rise_cov, alpha: float = DEFAULT_ALPHA,
-                             min_checkpoints: int = DEFAULT_MIN_CHECKPOINTS, units: int = 0) -> Verdict:
+                             min_checkpoints: int = DEFAULT_MIN_CHECKPOINTS, units: int = 0,
+                             draws: int = NULL_DRAWS) -> Verdict:
     """The verdict from the K checkpoints' mean losses (`losses`, ordered by `steps`, the last
     the final), the K - 1 mean differences final - earlier (`rise_mean`) and their covariance
-    (`rise_cov`, (K-1, K-1)). The two constructors below fill the last two."""
+    (`rise_cov`, (K-1, K-1)). The two constructors below fill the last two.
+
+    units: the n units the covariance was estimated from (0: a known covariance); the
+    critical value is then that of a max of t statistics with n - 1 degrees of freedom.
+    draws: Monte Carlo draws of the null maximum (simulations lower it for speed)."""
     steps = np.asarray(steps, dtype=np.int64)
     losses = np.asarray(losses, dtype=np.float64)
     if steps.ndim != 1 or losses.shape != steps.shape:
@@ -116,6 +135,8 @@ def verdict_from_differences(steps, losses, rise_mean, rise_cov, alpha: float = 
         raise ValueError(f"non-finite loss at step(s) {steps[~np.isfinite(losses)].tolist()}")
     if not 0 < alpha < 0.5:
         raise ValueError(f"alpha must be in (0, 0.5), got {alpha}")
+    if min_checkpoints < 2:
+        raise ValueError(f"min_checkpoints must be at least 2 (the final and one earlier), got {min_checkpoints}")
     if len(steps) < max(min_checkpoints, 2):
         return _too_few(steps, losses, alpha, units)
     rise_mean = np.asarray(rise_mean, dtype=np.float64)
@@ -131,10 +152,12 @@ def verdict_from_differences(steps, losses, rise_mean, rise_cov, alpha: float = 
     else:
         mean, se_used = rise_mean[informative], se[informative]
         correlation = rise_cov[np.ix_(informative, informative)] / np.outer(se_used, se_used)
-        critical, maxima = max_z_quantile(correlation, alpha)
+        critical, maxima = max_z_quantile(correlation, alpha, draws, df=units - 1 if units >= 2 else math.inf)
         t = mean / se_used
         t_max = float(t.max())
-        p_value = float(1.0 - np.searchsorted(maxima, t_max, side="left") / len(maxima))
+        # Monte Carlo p-value, (exceedances + 1) / (draws + 1): never 0, >= 1 / (draws + 1)
+        exceed = len(maxima) - np.searchsorted(maxima, t_max, side="left")
+        p_value = float((exceed + 1) / (len(maxima) + 1))
         low = float(np.max(mean - critical * se_used))
         high = float(np.max(mean + critical * se_used))
     rise_se = float(se[best]) if best < len(se) else math.nan  # the final is the best: no difference
@@ -145,7 +168,7 @@ def verdict_from_differences(steps, losses, rise_mean, rise_cov, alpha: float = 
 
 
 def verdict_from_paired(steps, per_unit_losses, alpha: float = DEFAULT_ALPHA,
-                        min_checkpoints: int = DEFAULT_MIN_CHECKPOINTS) -> Verdict:
+                        min_checkpoints: int = DEFAULT_MIN_CHECKPOINTS, draws: int = NULL_DRAWS) -> Verdict:
     """The verdict from the same n independent units scored at every checkpoint:
     `per_unit_losses` (K, n), e.g. each sequence's mean token loss (`sequence_means`), rows
     ordered by `steps`. A checkpoint's loss is its row's mean."""
@@ -163,11 +186,12 @@ def verdict_from_paired(steps, per_unit_losses, alpha: float = DEFAULT_ALPHA,
     differences = losses[-1][None, :] - losses[:-1]  # (K-1, n)
     n = differences.shape[1]
     covariance = np.atleast_2d(np.cov(differences, ddof=1)) / n  # of the means
-    return verdict_from_differences(steps, means, differences.mean(axis=1), covariance, alpha, min_checkpoints, n)
+    return verdict_from_differences(steps, means, differences.mean(axis=1), covariance, alpha, min_checkpoints, n,
+                                    draws)
 
 
 def verdict_from_estimates(steps, values, stderrs, alpha: float = DEFAULT_ALPHA,
-                           min_checkpoints: int = DEFAULT_MIN_CHECKPOINTS) -> Verdict:
+                           min_checkpoints: int = DEFAULT_MIN_CHECKPOINTS, draws: int = NULL_DRAWS) -> Verdict:
     """The verdict from each checkpoint's loss and its standard error, taken as independent
     (a published record without per-example scores): conservative where the checkpoints were
     scored on one test set, whose shared examples make the true errors of the differences
@@ -183,7 +207,7 @@ def verdict_from_estimates(steps, values, stderrs, alpha: float = DEFAULT_ALPHA,
     final_var = stderrs[-1] ** 2
     covariance = np.full((len(values) - 1,) * 2, final_var) + np.diag(stderrs[:-1] ** 2)  # (K-1, K-1)
     return verdict_from_differences(steps, values, values[-1] - values[:-1], covariance, alpha,
-                                    min_checkpoints, 0)
+                                    min_checkpoints, 0, draws)
 
 
 def sequence_means(token_losses: np.ndarray) -> np.ndarray:
@@ -193,3 +217,38 @@ def sequence_means(token_losses: np.ndarray) -> np.ndarray:
     if token_losses.ndim != 2:
         raise ValueError(f"token losses must be (n_seq, tokens), got {token_losses.shape}")
     return token_losses.mean(axis=1)
+
+
+def simulated_rate(per_unit_losses, curve_se=None, curves: int = 1000, alpha: float = DEFAULT_ALPHA,
+                   min_checkpoints: int = DEFAULT_MIN_CHECKPOINTS, draws: int = NULL_DRAWS, seed: int = 0,
+                   best: int | None = None) -> tuple[float, int, float]:
+    """How often the verdict says `saturates` on `curves` simulated runs with a real run's own
+    noise: each resamples the n units (sequences, with replacement) of `per_unit_losses`
+    (K, n), a real run's per-sequence losses, with each checkpoint's mean removed (so each
+    sequence keeps its own difficulty and its checkpoint-to-checkpoint wobble), and adds a
+    true curve.
+
+    curve_se: the true curve (K,), in standard errors of the paired difference between
+    checkpoint `best` and the final (that SE from the residuals themselves); None is the flat
+    curve (the test's least favourable null, so the rate is its size). -> (rate, the number
+    of `saturates`, the SE in loss units). `best`: the curve's minimum (its argmin by default).
+    """
+    losses = np.asarray(per_unit_losses, dtype=np.float64)
+    if losses.ndim != 2 or losses.shape[0] < 2 or losses.shape[1] < 2:
+        raise ValueError(f"per_unit_losses must be (checkpoints >= 2, units >= 2), got {losses.shape}")
+    k, n = losses.shape
+    residuals = losses - losses.mean(axis=1, keepdims=True)  # (K, n): the run's noise about a flat curve
+    shape = np.zeros(k) if curve_se is None else np.asarray(curve_se, dtype=np.float64)
+    if shape.shape != (k,):
+        raise ValueError(f"curve_se must have one value per checkpoint ({k}), got shape {shape.shape}")
+    best = int(np.argmin(shape)) if best is None else best
+    se = float(np.std(residuals[-1] - residuals[best]) / math.sqrt(n))  # population sd: the resampled world's
+    curve = float(losses.mean()) + se * shape  # (K,)
+    steps = np.arange(k)
+    rng = np.random.default_rng(seed)
+    hits = 0
+    for _ in range(curves):
+        units = rng.integers(0, n, size=n)
+        verdict = verdict_from_paired(steps, curve[:, None] + residuals[:, units], alpha, min_checkpoints, draws)
+        hits += verdict.verdict == SATURATES
+    return hits / curves, hits, se

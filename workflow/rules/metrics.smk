@@ -46,6 +46,7 @@ rule tabulate_metric:
         "../../envs/lmsat.yaml"
     params:
         metric=lambda wildcards: METRIC_TABLES[wildcards.table],
+        options=get_table_options,
         config_sha256=CONFIG_SHA256,
         models=list(MODELS),
     script:

@@ -28,3 +28,16 @@ def get_metric_table_inputs(wildcards):
         files=metric_files(metric.name),
         **{name: f"results/{RUN}/tables/{name}.csv" for name in needs},
     )
+
+
+def get_table_options(wildcards):
+    """Rule tabulate_metric: the config values the table's build takes (its `options`:
+    keyword -> dotted config key, lmsat.metrics.Table), e.g. the verdict's alpha."""
+    table = METRICS[METRIC_TABLES[wildcards.table]].tables[wildcards.table]
+    options = {}
+    for keyword, dotted in table.options.items():
+        value = CONFIG
+        for key in dotted.split("."):
+            value = value[key]
+        options[keyword] = value
+    return options

@@ -276,10 +276,13 @@ def summary_figures():
 
 
 def get_summary_inputs(wildcards):
-    """The tables the summary reads: loss always; the fit, Table 1, the rank-r heads and the
-    identical weights when the config makes them (the summary builds from whatever the run
-    has), and beside Table 1 EleutherAI's published evaluations (lmsat.published)."""
+    """The tables the summary reads: loss and its saturation verdicts always; the fit,
+    Table 1, the rank-r heads and the identical weights when the config makes them (the
+    summary builds from whatever the run has), and beside Table 1 EleutherAI's published
+    evaluations (lmsat.published)."""
     inputs = dict(loss=f"results/{RUN}/tables/loss.csv")
+    if "saturation_verdicts" in PLANNED_TABLES:
+        inputs["verdicts"] = f"results/{RUN}/tables/saturation_verdicts.csv"
     named = dict(
         fit="scaling_fit",
         shortfall="scaling_shortfall",

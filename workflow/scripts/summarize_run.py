@@ -53,6 +53,7 @@ def main(snakemake):
     shortfall = read_table(inputs.shortfall) if "shortfall" in inputs.keys() else None
     table1 = read_table(inputs.table1) if "table1" in inputs.keys() else None
     heads = read_table(inputs.heads) if "heads" in inputs.keys() else None
+    verdicts = read_table(inputs.verdicts) if "verdicts" in inputs.keys() else None  # metrics without loss
     paper = paper_values()
     comparison = paper_comparison(paper, dict(params.suites), fit=fit, table1=table1, heads=heads)
     numbers = key_numbers(loss, dict(params.hidden_sizes), shortfall=shortfall, heads=heads)
@@ -75,7 +76,7 @@ def main(snakemake):
         Path(tmp).write_text(
             summary_page("lmsat: run summary", facts, numbers, comparison, paper["source"], figures=figures,
                          published=published, published_source=published_source(),
-                         shots=params.num_fewshot),
+                         shots=params.num_fewshot, verdicts=verdicts),
             encoding="utf-8",
         )
     write_csv(comparison, snakemake.output.comparison, params.config_sha256)

@@ -15,7 +15,7 @@ def main(snakemake):
     table = METRICS[params.metric].tables[name]
     files = list(snakemake.input.files)
     needed = {need: read_table(snakemake.input[need]) for need in table.needs}
-    frame = table.build(files, needed, params.models)
+    frame = table.build(files, needed, params.models, **params.options)
     write_csv(frame, snakemake.output[0], params.config_sha256, files if table.row_provenance else ())
 
 
