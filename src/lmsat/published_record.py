@@ -39,7 +39,7 @@ import yaml
 
 from lmsat.errors import ConfigError
 from lmsat.published import published_evals
-from lmsat.verdict import NULL_DRAWS, Verdict, verdict_from_estimates
+from lmsat.verdict import NULL_DRAWS, VERDICT_COLUMNS, verdict_from_estimates
 
 LOSS_TASK, LOSS_METRIC = "lambada_openai", "perplexity"
 SHOTS = 0
@@ -62,7 +62,6 @@ LOSS_COLUMNS = ["suite", "model", "deduped", "n_params", "step", "tokens", "perp
                 "loss", "loss_se", "is_best", "is_final"]
 TABLE1_COLUMNS = ["suite", "model", "n_params", "checkpoint", "step", "task", "metric", "value", "stderr",
                   "paper", "paper_difference", "paper_agrees", "paper_note"]
-VERDICT_COLUMNS = ["model", *Verdict.__dataclass_fields__]
 # The paper's Table 1 columns (paper_values.yaml) -> the published (task, metric), and the
 # factor that puts the paper's value in the CSV's unit (accuracies: % -> fraction).
 PAPER_COLUMNS = {
