@@ -9,6 +9,8 @@ module can keep `pd = lazy_module("pandas")` at its top and use `pd.DataFrame` a
 Top-level packages only: finding `a.b`'s spec imports `a` eagerly, which is no saving when
 `a` is the expensive part. A module already imported is returned as it is. A missing
 package raises ModuleNotFoundError here, at the line that names it, as `import` would.
+Before Python 3.12, LazyLoader takes no lock on the first access: a module whose
+first use may come from two threads at once should be imported eagerly instead.
 """
 
 from __future__ import annotations
