@@ -3,6 +3,7 @@
     python benchmarks/startup.py --old 90d9ab2                 # every rule of the default run
     python benchmarks/startup.py --old 90d9ab2 --repeats 7 compute_checkpoint_metric analyse_checkpoint
     python benchmarks/startup.py --loading                     # from_pretrained vs from_config, in one process
+    python benchmarks/startup.py --old 90d9ab2 --jobs          # whole single jobs, old against new
 
 A job of a `script:` rule is a fresh interpreter that runs Snakemake's preamble (it unpickles
 the job's `snakemake` object: `import snakemake.iocontainers`), then the script's top-level
@@ -13,13 +14,17 @@ printed: the median seconds of each and their ratio, and which heavy libraries e
 before main (a library imported inside main, e.g. lm-eval in evaluate_checkpoint, is not
 counted: it is the job's own cost). `--loading` splits a first `from_pretrained` of a toy
 GPT-NeoX into the import of its modeling code (lazy in transformers) and the call itself,
-beside `from_config` on the meta device + `load_state_dict(assign=True)`.
+beside `from_config` on the meta device + `load_state_dict(assign=True)`. `--jobs` times
+whole jobs, start-up and work: analyse_checkpoint (loss cache, no weights metric) of a tiny
+saved GPT-NeoX (d=16, 2 layers) and compute_checkpoint_metric (loss) of its cache, each in a
+fresh interpreter given the object Snakemake's preamble would unpickle.
 """
 
 from __future__ import annotations
 
 import argparse
 import io
+import json
 import os
 import statistics
 import subprocess
@@ -130,17 +135,91 @@ def loading(repeats: int) -> None:
             print(f"  {how:16s} import {medians[0]:.3f}  first {medians[1]:.3f}  second {medians[2]:.3f}", flush=True)
 
 
+JOB = r"""
+import json, sys, runpy, pickle, snakemake.iocontainers
+from types import SimpleNamespace
+from snakemake.iocontainers import Namedlist
+script, spec = sys.argv[1], json.loads(sys.argv[2])
+namespace = lambda d: SimpleNamespace(**d)
+job = SimpleNamespace(input=Namedlist(fromdict=spec["input"]), output=Namedlist(fromdict=spec["output"]), log=spec["log"],
+                      wildcards=namespace(spec["wildcards"]), params=namespace(spec["params"]), threads=1,
+                      config={"device": "cpu"})
+sys.path.insert(0, str(__import__("pathlib").Path(script).parent))
+runpy.run_path(script, run_name="job")["main"](job)
+"""
+
+
+def jobs(old: str, repeats: int) -> None:
+    import numpy as np
+    import torch
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+    sys.path.insert(0, str(ROOT / "src"))
+    from lmsat.corpus import write_sample
+    from lmsat.plan import ModelEntry
+
+    with tempfile.TemporaryDirectory() as scratch:
+        scratch = Path(scratch)
+        trees = {"old": old_tree(old, scratch / "old"), "new": ROOT}
+        torch.manual_seed(0)
+        config = GPTNeoXConfig(vocab_size=40, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                               intermediate_size=32, max_position_embeddings=64, tie_word_embeddings=False)
+        GPTNeoXForCausalLM(config).eval().save_pretrained(scratch / "model" / "step1")
+        tokens = np.random.default_rng(0).integers(0, 40, size=(8, 32))
+        sample = scratch / "sample.h5"
+        write_sample(sample, tokens, np.arange(len(tokens)) * tokens.shape[1], {"corpus": "words"})
+        entry = ModelEntry(name="tiny", suite="s", source="local", id=str(scratch / "model"), hidden_size=16, vocab_size=40,
+                           n_params=0, tokenizer="words", tokens_per_step=1, revisions=("step1",), steps=(1,),
+                           allow_pickle=False, trust_remote_code=False, key="suites.s.models[name=tiny]")
+        record = dict(suite="s", model="tiny", revision="step1", step=1, tokens=1)
+        wildcards = dict(model="tiny", revision="step1", metric="loss")
+
+        def analyse(out: Path) -> dict:
+            return dict(input={"sample": str(sample)}, output={"cache": str(out / "step1.h5")}, log=[str(out / "a.log")],
+                        wildcards=wildcards, params=dict(
+                            model=entry.__dict__, record=record, tokenizer={}, drop_padding_rows=False, seed=0,
+                            extraction=dict(batch_size=2, chunk_sequences=2, dtype="float32", storage_dtype="float32",
+                                            layer_sample=16), weight_metrics=[]))
+
+        def metric(cache: Path, out: Path) -> dict:
+            return dict(input={"sample": str(sample), "cache": str(cache)}, output={"json": str(out / "loss.json")},
+                        log=[str(out / "m.log")], wildcards=wildcards, params=dict(record=record))
+
+        def timed(tree: Path, script: str, spec: dict) -> float:
+            start = time.perf_counter()
+            done = subprocess.run([sys.executable, "-c", JOB, str(tree / "workflow" / "scripts" / f"{script}.py"),
+                                   json.dumps(spec, default=list)], capture_output=True, text=True, cwd=tree)
+            if done.returncode:
+                raise SystemExit(f"{script} in {tree} failed:\n{done.stderr[-3000:]}")
+            return time.perf_counter() - start
+
+        print(f"{'job':28s} {'old s':>7s} {'new s':>7s} {'new/old':>8s}  (medians of {repeats}, interleaved)")
+        seconds = {(side, rule): [] for side in trees for rule in ("analyse_checkpoint", "compute_checkpoint_metric")}
+        for rep in range(repeats):
+            for side, tree in trees.items():
+                out = scratch / "runs" / f"{side}{rep}"
+                seconds[side, "analyse_checkpoint"].append(timed(tree, "analyse_checkpoint", analyse(out)))
+                seconds[side, "compute_checkpoint_metric"].append(
+                    timed(tree, "compute_checkpoint_metric", metric(out / "step1.h5", out)))
+        for rule in ("analyse_checkpoint", "compute_checkpoint_metric"):
+            old_s, new_s = (statistics.median(seconds[side, rule]) for side in ("old", "new"))
+            print(f"{rule:28s} {old_s:7.2f} {new_s:7.2f} {new_s / old_s:8.2f}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("scripts", nargs="*", help="workflow/scripts names (default: the default run's big rules, then all)")
     parser.add_argument("--old", help="the commit to compare with (e.g. 90d9ab2)")
     parser.add_argument("--repeats", type=int, default=5, help="fresh interpreters per script and side (default 5)")
     parser.add_argument("--loading", action="store_true", help="time from_pretrained against from_config instead")
+    parser.add_argument("--jobs", action="store_true", help="time whole analyse and cache-metric jobs, old against new")
     args = parser.parse_args()
     if args.loading:
         return loading(args.repeats)
     if not args.old:
         parser.error("--old COMMIT is required (or --loading)")
+    if args.jobs:
+        return jobs(args.old, args.repeats)
     everything = sorted(p.stem for p in (ROOT / "workflow" / "scripts").glob("*.py") if not p.stem.startswith("_"))
     scripts = args.scripts or [*DEFAULT_RULES, *(s for s in everything if s not in DEFAULT_RULES)]
     compare(args.old, scripts, args.repeats)
