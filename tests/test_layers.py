@@ -57,6 +57,7 @@ LAYERS = {
     "lmsat.fingerprint": LEAF,
     "lmsat.schedules": LEAF,
     "lmsat.offline": LEAF,
+    "lmsat.lazy": LEAF,
     "lmsat.tasks": LEAF,
     # 1 data access: files, caches, the hub
     "lmsat.hub": DATA,

@@ -20,7 +20,8 @@ down (or within its layer, without a cycle), and no private name crosses a modul
 
 - leaves: errors (the shared exceptions), retry (backoff of network calls), plan
   (ModelEntry, Plan), names (path-name checks), io and integrity (atomic writes, records,
-  checksums), progress, fingerprint, schedules, offline, the lm-eval task templates (tasks);
+  checksums), progress, fingerprint, schedules, offline, lazy (modules imported on first use),
+  the lm-eval task templates (tasks);
 - data access: hub, checkpoints, models (loading and its checks), fetch (downloads), corpus
   (with the staged corpus reader), cache (the representation cache), rundir, adapters,
   published;

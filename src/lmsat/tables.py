@@ -15,16 +15,17 @@ from pathlib import Path
 
 import h5py
 import numpy as np
-import pandas as pd
 
 from lmsat.degeneration import ATTENTION_KINDS, ATTENTION_SCALARS, RECORD_KEYS, read_attention, read_spectrum
 from lmsat.evaluation import CHECKPOINT_ORDER, TABLE1_TASKS, metric_value
 from lmsat.evaluation import METRICS as TABLE1_METRICS
 from lmsat.integrity import BOUNDS, check_values, corrupt, csv_with_checksum, require_keys, verify_csv, verify_hdf5
 from lmsat.io import atomic_path, check_identity, library_versions, promised_by_path, read_json, read_record, source_sha256
+from lmsat.lazy import lazy_module
 from lmsat.spectra import effective_rank, identical_heads, singular_entropy, stable_rank
 from lmsat.verdict import DEFAULT_ALPHA, DEFAULT_MIN_CHECKPOINTS, VERDICT_COLUMNS, verdict_from_paired
 
+pd = lazy_module("pandas")  # imported by the first job that builds a table, not by every metric job
 log = logging.getLogger(__name__)
 
 LOSS_COLUMNS = ["suite", "model", "revision", "step", "tokens", "loss", "loss_sem", "is_best", "is_final"]

@@ -20,11 +20,11 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 
 from lmsat.cache import ExtractionSettings, extract_to_cache
-from lmsat.config import ModelEntry
 from lmsat.corpus import read_sample
 from lmsat.io import setup_logging
 from lmsat.metrics import METRICS, WeightsJob
 from lmsat.models import check_sequence_length, check_token_ids, job_device, load_causal_lm
+from lmsat.plan import ModelEntry
 
 log = logging.getLogger(__name__)
 

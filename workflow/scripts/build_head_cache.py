@@ -14,11 +14,11 @@ import h5py
 import numpy as np
 import torch
 
-from lmsat.config import ModelEntry
 from lmsat.corpus import CorpusError, build_token_pool, iter_documents, read_sample
 from lmsat.headcache import CacheSettings, build_head_cache, check_sample_alignment, draw_token_sets, full_head_reference
 from lmsat.io import library_versions, setup_logging, write_json
 from lmsat.models import check_sequence_length, check_token_ids, job_device, load_causal_lm, load_tokenizer
+from lmsat.plan import ModelEntry
 
 log = logging.getLogger(__name__)
 

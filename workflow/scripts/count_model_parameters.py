@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 
 def main(snakemake):
     setup_logging(snakemake.log[0])
-    from lmsat.config import ModelEntry
+    from lmsat.plan import ModelEntry
 
     model = ModelEntry(**snakemake.params.model)
     os.environ["HF_HUB_OFFLINE"] = "1"  # on disk: never ask the hub

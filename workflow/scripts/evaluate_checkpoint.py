@@ -39,9 +39,9 @@ def main(snakemake):
     import torch
 
     from lmsat.checkpoints import check_weight_files
-    from lmsat.config import ModelEntry
     from lmsat.evaluation import ManualDownloadRequired, run_lmeval
     from lmsat.models import job_device
+    from lmsat.plan import ModelEntry
 
     torch.set_num_threads(snakemake.threads)
     model = ModelEntry(**params.model)

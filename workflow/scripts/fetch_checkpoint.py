@@ -8,9 +8,9 @@ any, is read from HF_TOKEN by huggingface_hub and never logged.
 
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
 
-from lmsat.config import ModelEntry
 from lmsat.fetch import fetch_checkpoint, job_retry_policy
 from lmsat.io import setup_logging
+from lmsat.plan import ModelEntry
 
 
 def main(snakemake):

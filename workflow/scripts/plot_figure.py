@@ -5,7 +5,6 @@ import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
 
 from lmsat.figures import FIGURES
 from lmsat.io import setup_logging
-from lmsat.synthetic import entropy_rate_of
 from lmsat.tables import read_table
 
 
@@ -16,6 +15,8 @@ def main(snakemake):
     frames = {name: read_table(inputs[name]) for name in names}  # an optional one not planned: None
     options = dict(snakemake.params.options)
     if figure.entropy_rate:
+        from lmsat.synthetic import entropy_rate_of  # scipy: only for the figures that draw it
+
         options["entropy_rate"] = entropy_rate_of(inputs.language)
     figure.plot(frames, [snakemake.output.png, snakemake.output.pdf], **options)
 

@@ -9,9 +9,9 @@ import torch
 from transformers import AutoTokenizer
 
 from lmsat import hub, toy
-from lmsat.config import ModelEntry
 from lmsat.fingerprint import weights_fingerprint
 from lmsat.io import setup_logging, write_json
+from lmsat.plan import ModelEntry
 
 
 def main(snakemake):
