@@ -204,8 +204,8 @@ def test_report_summary_reads_at_1400_px(default_report, tmp_path):
 def test_tables_match_the_recorded_default_run(default_run):
     """Every table of the default run as recorded in tests/data/default_tables/ (CSV) comes
     out again: same columns, rows and order; keys, names and integers equal; each float
-    within its quantity's tolerance (tests/golden_tables.py TOLERANCES: measured spread of
-    threads 1 vs 2 and of other CPU kernels, with margin). A table the recording lacks (a
+    within its quantity's tolerance (tests/golden_tables.py TOLERANCES: the measured spread
+    of threads and CPU kernels, benchmarks/numeric_variants.py, with margin). A table the recording lacks (a
     metric added since) is not compared. A change that means to change results records the
     new tables with `python tests/golden_tables.py record <run>/results/default/tables`."""
     from golden_tables import compare_tables
