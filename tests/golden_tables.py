@@ -94,7 +94,8 @@ def balance_gap_terms(row: dict[str, str]) -> float:
 #   normalised steps carry a last-bit gradient difference into the weights); eval loss
 #   identical. Quantities of the weights get 1e-4 (cosines) and 1e-3 relative (spectra) to hold that.
 # Each tolerance is >= 50x the largest of these for its quantity (the attention metrics:
-# >= 5.4x the spread measured for issue 31, below), and far below a change of the science (a loss moved by one SE, 0.0126 nats, is 126x the loss tolerance).
+# >= 5.4x the spread measured for issue 31, below), and far below a change of the science
+# (a loss moved by one SE, 0.0126 nats, is 126x the loss tolerance).
 #
 # Measured again for issue 31 (an Intel Xeon whose torch reports AVX512, against the AMD
 # EPYC AVX2 recording): `python benchmarks/numeric_variants.py weights DIR` trains toy-d16
