@@ -5,7 +5,7 @@ A variant is what changes a float's last bits without changing the science: the 
 threads (reduction order), torch's kernel ISA (ATEN_CPU_CAPABILITY), MKL's code branch
 (MKL_CBWR) and oneDNN's ISA (ONEDNN_MAX_CPU_ISA). Each variant runs the default config
 through Snakemake in its own directory, the variables in the jobs' environment (Snakemake's
-local jobs inherit it; `--check-env` shows what a job sees).
+local jobs inherit it; each run first prints what torch reports under it).
 
     python benchmarks/numeric_variants.py weights DIR [VARIANT ...]
         trains toy-d16 only (about 1 CPU-minute a variant) and prints, per variant, how far
