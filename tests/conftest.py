@@ -1,10 +1,14 @@
-"""Shared fixtures: the repository root, the schema, a tiny GPT-NeoX, and a shrunk toy config."""
+"""Shared fixtures: the repository root, the schema, a tiny GPT-NeoX, a shrunk toy config, and
+the one run of the default pipeline that every end-to-end test reading it shares."""
 
 from __future__ import annotations
 
 import copy
 import importlib.util
+import os
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -22,6 +26,40 @@ def default_config() -> dict:
     """config/config.yaml, its run named: written to another file (tmp/config.yaml), it
     would be named after that file (lmsat.config.run_of_config_file)."""
     return dict(copy.deepcopy(load_yaml(ROOT / "config" / "config.yaml")), run="default")
+
+
+@pytest.fixture(scope="session")
+def default_run(tmp_path_factory) -> tuple[Path, float]:
+    """(working directory, seconds) of one run of the whole default pipeline (config/config.yaml,
+    `--cores 2`), made once per session for every test that reads it (the longest fixture of
+    the suite: about 10 minutes on 2 CPUs). Tests only read it: one that changes files works
+    on a copy, or plans dry runs (`-n`)."""
+    workdir = tmp_path_factory.mktemp("default_run")
+    started = time.perf_counter()
+    result = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory", str(workdir),
+         "--configfile", str(ROOT / "config" / "config.yaml"), "--cores", "2"],
+        capture_output=True, text=True, timeout=1800, env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"},
+    )  # fmt: skip
+    elapsed = time.perf_counter() - started
+    assert result.returncode == 0, result.stderr[-5000:]
+    print(f"default pipeline: {elapsed:.0f} s")
+    return workdir, elapsed
+
+
+@pytest.fixture(scope="session")
+def default_report(default_run, tmp_path_factory) -> Path:
+    """The default run's Snakemake HTML report (`--report report.html`), made once for the
+    tests that read it."""
+    workdir, _ = default_run
+    report = tmp_path_factory.mktemp("default_report") / "report.html"
+    result = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory", str(workdir),
+         "--configfile", str(ROOT / "config" / "config.yaml"), "--report", str(report)],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    return report
 
 
 def script(name):

@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import re
 import subprocess
 import sys
-import time
 import zipfile
 from pathlib import Path
 
@@ -30,19 +28,7 @@ from conftest import ROOT
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def default_run(tmp_path_factory):
-    workdir = tmp_path_factory.mktemp("default_run")
-    started = time.perf_counter()
-    result = subprocess.run(
-        [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory", str(workdir),
-         "--configfile", str(ROOT / "config" / "config.yaml"), "--cores", "2"],
-        capture_output=True, text=True, timeout=1800, env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"},
-    )
-    elapsed = time.perf_counter() - started
-    assert result.returncode == 0, result.stderr[-5000:]
-    print(f"default pipeline: {elapsed:.0f} s")
-    return workdir, elapsed
+# default_run: tests/conftest.py (one run per session, shared with every test that reads it)
 
 
 def test_loss_table_and_figure(default_run):
@@ -178,33 +164,25 @@ def check_report(workdir: Path, html: Path) -> None:
     assert "run summary" in landing and "Compared with the paper" in landing
 
 
-def test_report_shows_every_caption_figure_and_table(default_run, tmp_path):
+def test_report_shows_every_caption_figure_and_table(default_run, default_report, tmp_path):
     workdir, _ = default_run
-    for name in ("report.html", "report.zip"):
-        result = subprocess.run(
-            [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory", str(workdir),
-             "--configfile", str(ROOT / "config" / "config.yaml"), "--report", str(tmp_path / name)],
-            capture_output=True, text=True, timeout=600,
-        )
-        assert result.returncode == 0, result.stderr[-3000:]
-    check_report(workdir, tmp_path / "report.html")
+    result = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory", str(workdir),
+         "--configfile", str(ROOT / "config" / "config.yaml"), "--report", str(tmp_path / "report.zip")],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    check_report(workdir, default_report)
     names = zipfile.ZipFile(tmp_path / "report.zip").namelist()
     assert any(name.endswith("fig1a_loss.pdf") for name in names), names[:20]
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (Debian: apt-get install -y chromium)")
-def test_report_summary_reads_at_1400_px(default_run, tmp_path):
+def test_report_summary_reads_at_1400_px(default_report, tmp_path):
     """Debian's chromium, headless, at 1400 x 1000: the landing page's summary spans the page
     (not a narrow column), no table of it is cut off, one click on a figure link shows the
     figure, and no caption or job parameter shows an escape sequence."""
-    workdir, _ = default_run
-    report = tmp_path / "report.html"
-    result = subprocess.run(
-        [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory", str(workdir),
-         "--configfile", str(ROOT / "config" / "config.yaml"), "--report", str(report)],
-        capture_output=True, text=True, timeout=600,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
+    report = default_report
     found = measure_landing(report, tmp_path)
     assert found["innerWidth"] == WINDOW[0]
     assert found["summaryWidth"] > 0.7 * WINDOW[0], found  # beside the menu, not a ~470 px column
@@ -226,8 +204,8 @@ def test_report_summary_reads_at_1400_px(default_run, tmp_path):
 def test_tables_match_the_recorded_default_run(default_run):
     """Every table of the default run as recorded in tests/data/default_tables/ (CSV) comes
     out again: same columns, rows and order; keys, names and integers equal; each float
-    within its quantity's tolerance (tests/golden_tables.py TOLERANCES: measured spread of
-    threads 1 vs 2 and of other CPU kernels, with margin). A table the recording lacks (a
+    within its quantity's tolerance (tests/golden_tables.py TOLERANCES: the measured spread
+    of threads and CPU kernels, benchmarks/numeric_variants.py, with margin). A table the recording lacks (a
     metric added since) is not compared. A change that means to change results records the
     new tables with `python tests/golden_tables.py record <run>/results/default/tables`."""
     from golden_tables import compare_tables
