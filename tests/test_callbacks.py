@@ -1,0 +1,166 @@
+"""lmsat.callbacks: a real transformers.Trainer run of a tiny GPT-NeoX watched by
+SaturationCallback, against the same run without it (bit-identical weights, the same
+checkpoints) and against what `lmsat init` + snakemake compute on its checkpoints (the same
+numbers); the values in the Trainer's log and in TensorBoard's event files; bad input refused
+before training starts."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from test_analyse import analyse
+from test_own_run import Windows, init, snakemake, train_tokenizer, write_text
+
+slow = pytest.mark.slow
+STEPS, SAVE = 24, 8  # checkpoint-8, -16, -24
+TOL = dict(rtol=1e-6, atol=1e-7)  # the workflow's own reruns agree to this (test_own_run)
+
+
+def trainer_of(out, text, tokenizer, callbacks=(), max_steps=STEPS, save_steps=SAVE, report_to="none", **extra):
+    """The Trainer of test_own_run.train (same seed, model and data), with `callbacks`."""
+    import torch
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM, Trainer, TrainingArguments, default_data_collator
+
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    config = GPTNeoXConfig(vocab_size=len(tokenizer) + 4, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                           intermediate_size=32, max_position_embeddings=64, tie_word_embeddings=False,
+                           eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.eos_token_id)
+    args = TrainingArguments(
+        output_dir=str(out), max_steps=max_steps, save_steps=save_steps, per_device_train_batch_size=4,
+        learning_rate=3e-3, warmup_steps=2, logging_steps=1000, report_to=report_to, use_cpu=True, seed=0,
+        dataloader_num_workers=0, disable_tqdm=True, save_strategy="steps", **extra,
+    )
+    return Trainer(model=GPTNeoXForCausalLM(config), args=args, train_dataset=Windows(tokenizer, text),
+                   processing_class=tokenizer, data_collator=default_data_collator, callbacks=list(callbacks))
+
+
+def init_sample_tokens(text, tokenizer_dir) -> int:
+    """The sample size `lmsat init` picks for this text and a 64-token context, so that the
+    callback's sample is the one the init config builds."""
+    from lmsat.commands.init import sample_size
+
+    n_tokens, seq_len, _ = sample_size([text], tokenizer_dir, 64)
+    assert seq_len == 64
+    return n_tokens
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Two 24-step runs of one seed, one watched, one not."""
+    from lmsat.callbacks import SaturationCallback
+
+    base = tmp_path_factory.mktemp("watched")
+    text = write_text(base / "train.txt", 600, seed=0)
+    eval_text = write_text(base / "eval.txt", 300, seed=1)
+    tokenizer = train_tokenizer(text)
+    tokenizer.save_pretrained(base / "tokenizer")
+    n_tokens = init_sample_tokens(eval_text, base / "tokenizer")
+    plain = trainer_of(base / "plain" / "out", text, tokenizer)
+    plain.train()
+    callback = SaturationCallback(text=eval_text, n_tokens=n_tokens)
+    watched = trainer_of(base / "watched" / "out", text, tokenizer, [callback], report_to="tensorboard")
+    watched.train()
+    return dict(base=base, eval=eval_text, plain=plain, watched=watched, callback=callback, n_tokens=n_tokens)
+
+
+def weights(folder):
+    from safetensors.torch import load_file
+
+    return load_file(str(folder / "model.safetensors"))
+
+
+@slow
+def test_watching_changes_no_bit_of_training_and_saves_the_same_checkpoints(runs):
+    plain, watched = runs["base"] / "plain" / "out", runs["base"] / "watched" / "out"
+    names = sorted(p.name for p in plain.glob("checkpoint-*"))
+    assert names == ["checkpoint-16", "checkpoint-24", "checkpoint-8"]
+    assert sorted(p.name for p in watched.glob("checkpoint-*")) == names
+    for name in names:
+        assert sorted(p.name for p in (plain / name).iterdir()) == sorted(p.name for p in (watched / name).iterdir())
+        a, b = weights(plain / name), weights(watched / name)
+        assert a.keys() == b.keys() and all(a[k].dtype == b[k].dtype and bool((a[k] == b[k]).all()) for k in a)
+    # the optimizer and scheduler states and the training losses too
+    import torch
+
+    for kind in ("optimizer.pt", "scheduler.pt"):
+        x = torch.load(plain / "checkpoint-24" / kind, weights_only=True)
+        y = torch.load(watched / "checkpoint-24" / kind, weights_only=True)
+        assert str(x) == str(y) if kind == "scheduler.pt" else all(
+            torch.equal(x["state"][i][k], y["state"][i][k]) for i in x["state"] for k in x["state"][i])
+    assert runs["plain"].state.log_history[-1]["train_loss"] == runs["watched"].state.log_history[-1]["train_loss"]
+
+
+@slow
+def test_the_values_reach_the_trainer_s_log_and_tensorboard(runs):
+    history = [h for h in runs["watched"].state.log_history if "lmsat/loss" in h]
+    assert [h["step"] for h in history] == [8, 16, 24]
+    for h in history:
+        assert h["lmsat/loss"] > 0 and 0 < h["lmsat/loss_sem"] < 0.1 and -1 < h["lmsat/anisotropy_last"] <= 1
+        assert 1 <= h["lmsat/effective_rank"] <= 16 and 1 <= h["lmsat/head_effective_rank"] <= 16
+        assert "lmsat/head_singular_entropy" in h and "lmsat/saturates" in h and "lmsat/anisotropy_layer_2" in h
+    assert "lmsat/rise" not in history[0] and "lmsat/rise" in history[-1]  # the verdict needs 3 evaluations
+    loss = pd.read_csv(runs["base"] / "watched" / "out" / "lmsat" / "tables" / "loss.csv")
+    assert np.allclose(loss["loss"], [h["lmsat/loss"] for h in history], rtol=1e-12)
+    # TensorBoard's own reader on the event files the Trainer's TensorBoardCallback wrote
+    event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+    (events,) = {p.parent for p in (runs["base"] / "watched" / "out").rglob("events.out.tfevents.*")}
+    reader = event_accumulator.EventAccumulator(str(events))
+    reader.Reload()
+    assert "train/lmsat/loss" in reader.Tags()["scalars"]  # the Trainer prefixes training logs with train/
+    scalars = reader.Scalars("train/lmsat/loss")
+    assert [s.step for s in scalars] == [8, 16, 24]
+    assert np.allclose([s.value for s in scalars], [h["lmsat/loss"] for h in history], rtol=1e-6)
+
+
+@slow
+def test_the_rows_equal_the_workflow_s_on_the_saved_checkpoints(runs, tmp_path):
+    from lmsat.tables import read_table
+
+    out, work = runs["base"] / "watched" / "out", tmp_path / "work"
+    work.mkdir()
+    done = init(out, "--text", runs["eval"], "-o", work / "mine.yaml", cwd=work)
+    assert done.returncode == 0, done.stderr
+    import yaml
+
+    config = yaml.safe_load((work / "mine.yaml").read_text())
+    assert config["sample"]["n_tokens"] == runs["n_tokens"] and config["sample"]["seq_len"] == 64
+    tables = ("loss", "anisotropy_training", "anisotropy_layers", "effective_rank", "singular_entropy", "spectra")
+    ran = snakemake(work, work / "mine.yaml", "--", *(f"results/out/tables/{t}.csv" for t in tables))
+    assert ran.returncode == 0, ran.stdout[-6000:]
+    mine = out / "lmsat"
+    # the same sample: the very tokens the workflow's rule sample_eval_tokens drew
+    from lmsat.corpus import read_sample
+
+    (pipeline_sample,) = (work / "results" / "out" / "samples").rglob("*.h5")
+    assert read_sample(pipeline_sample)[1]["sha256"] == read_sample(mine / "sample.h5")[1]["sha256"]
+    for name in tables:
+        theirs, ours = read_table(work / "results" / "out" / "tables" / f"{name}.csv"), read_table(mine / "tables" / f"{name}.csv")
+        assert list(ours.columns) == list(theirs.columns), name  # same columns, provenance included
+        assert len(ours) == len(theirs) > 0, name
+        for column in ours.columns:
+            if column.endswith(("sha256", "_version", "row_lmsat_source")):
+                continue
+            if pd.api.types.is_float_dtype(theirs[column]):
+                assert np.allclose(ours[column], theirs[column], equal_nan=True, **TOL), (name, column)
+            else:
+                assert ours[column].tolist() == theirs[column].tolist(), (name, column)
+    verdicts = read_table(mine / "tables" / "saturation_verdicts.csv")
+    from dataclasses import fields
+
+    from lmsat.verdict import Verdict
+
+    assert list(verdicts.columns[: 1 + len(fields(Verdict))]) == ["model", *(f.name for f in fields(Verdict))]
+    assert verdicts["checkpoints"].tolist() == [3] and verdicts["final_step"].tolist() == [24]
+    # `lmsat analyse` on a checkpoint with the same text (no config) reproduces the logged numbers
+    analysed = analyse(out / "checkpoint-16", "--text", runs["eval"], "--n-tokens", runs["n_tokens"], "--metrics", "loss",
+                       "anisotropy", "--json", cwd=tmp_path)
+    assert analysed.returncode == 0, analysed.stderr
+    report = json.loads(analysed.stdout)["metrics"]
+    (logged,) = [h for h in runs["watched"].state.log_history if h.get("step") == 16 and "lmsat/loss" in h]
+    assert np.isclose(report["loss"]["loss"], logged["lmsat/loss"], **TOL)
+    assert np.isclose(report["anisotropy"]["anisotropy_last"], logged["lmsat/anisotropy_last"], **TOL)
