@@ -168,7 +168,7 @@ def test_text_without_a_config_fits_the_sequences_to_a_small_model_s_context(tmp
     # a --seq-len past the context is refused before any forward, naming the flag and the fix
     long = analyse(checkpoint, "--text", text, "--metrics", "loss", "--seq-len", "65", cwd=tmp_path)
     assert long.returncode == 2 and "--seq-len 65 exceeds the context" in long.stderr
-    assert "Fix: --seq-len at most 64" in long.stderr and "Traceback" not in long.stderr
+    assert "Fix: --seq-len 64 or less" in long.stderr and "Traceback" not in long.stderr
     # without --text they mean nothing: said so
     alone = analyse(checkpoint, "--metrics", "spectra", "--seq-len", "32", cwd=tmp_path)
     assert alone.returncode == 2 and "--text" in alone.stderr

@@ -7,6 +7,7 @@ before training starts."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -164,3 +165,122 @@ def test_the_rows_equal_the_workflow_s_on_the_saved_checkpoints(runs, tmp_path):
     (logged,) = [h for h in runs["watched"].state.log_history if h.get("step") == 16 and "lmsat/loss" in h]
     assert np.isclose(report["loss"]["loss"], logged["lmsat/loss"], **TOL)
     assert np.isclose(report["anisotropy"]["anisotropy_last"], logged["lmsat/anisotropy_last"], **TOL)
+
+
+# ---------------------------------------------------------------- bad input, before training starts
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory):
+    base = tmp_path_factory.mktemp("assets")
+    text = write_text(base / "train.txt", 300, seed=0)
+    eval_text = write_text(base / "eval.txt", 300, seed=1)
+    tokenizer = train_tokenizer(text)
+    tokenizer.save_pretrained(base / "tokenizer")
+    other = base / "other.txt"  # another language: another tokenizer's merges
+    rng = np.random.default_rng(2)
+    other.write_text("\n".join(" ".join("".join(rng.choice(list("xqzvkjwy"), size=int(rng.integers(2, 7))))
+                                        for _ in range(10)) for _ in range(300)) + "\n")
+    train_tokenizer(other).save_pretrained(base / "other-tokenizer")
+    return dict(base=base, text=text, eval=eval_text, tokenizer=tokenizer)
+
+
+def sample_of(assets, tokenizer_dir, name, **sample):
+    from lmsat.analysis import run_settings, text_sample
+
+    settings = run_settings()
+    settings["sample"].update(sample)
+    text_sample([assets["eval"]], tokenizer_dir, assets["base"] / name, settings)
+    return assets["base"] / name
+
+
+def refused_before_training(trainer, match):
+    from lmsat.errors import MonitorError
+
+    with pytest.raises(MonitorError, match=match):
+        trainer.train()
+    assert trainer.state.global_step == 0 and not list(Path(trainer.args.output_dir).glob("checkpoint-*"))
+
+
+def test_a_sample_of_another_tokenizer_is_refused_before_training(assets, tmp_path):
+    from lmsat.callbacks import SaturationCallback, load_sample, tokenizer_agreement
+
+    own = sample_of(assets, assets["base"] / "tokenizer", "own.h5", n_tokens=640, seq_len=64)
+    other = sample_of(assets, assets["base"] / "other-tokenizer", "other.h5", n_tokens=640, seq_len=64)
+    assert tokenizer_agreement(assets["tokenizer"], load_sample(own).tokens) > 0.97
+    assert tokenizer_agreement(assets["tokenizer"], load_sample(other).tokens) < 0.9
+    trainer = trainer_of(tmp_path / "out", assets["text"], assets["tokenizer"], [SaturationCallback(sample=other)])
+    refused_before_training(trainer, r"other\.h5 was tokenized with another tokenizer than the model's.*Fix: build the sample")
+    # the run's own sample is taken
+    watched = trainer_of(tmp_path / "ok", assets["text"], assets["tokenizer"], [SaturationCallback(sample=own)], max_steps=2,
+                         save_steps=2)
+    watched.train()
+    assert [h["step"] for h in watched.state.log_history if "lmsat/loss" in h] == [2]
+
+
+def test_a_sample_longer_than_the_context_is_refused_before_training(assets, tmp_path):
+    from lmsat.callbacks import SaturationCallback
+
+    long = sample_of(assets, assets["base"] / "tokenizer", "long.h5", n_tokens=1280, seq_len=128)
+    trainer = trainer_of(tmp_path / "out", assets["text"], assets["tokenizer"], [SaturationCallback(sample=long)])
+    refused_before_training(trainer, r"sequences of 128 tokens, past the model's context \(max_position_embeddings=64\).*Fix: seq_len=64")
+    asked = trainer_of(tmp_path / "asked", assets["text"], assets["tokenizer"],
+                       [SaturationCallback(text=assets["eval"], seq_len=65, n_tokens=640)])
+    refused_before_training(asked, r"seq_len=65 exceeds the context .*max_position_embeddings=64.*Fix: seq_len=64 or less")
+
+
+def test_a_family_the_adapters_do_not_know_is_refused_before_training(assets, tmp_path):
+    import torch
+    from transformers import BloomConfig, BloomForCausalLM, Trainer, TrainingArguments, default_data_collator
+
+    from lmsat.callbacks import SaturationCallback
+
+    torch.manual_seed(0)
+    model = BloomForCausalLM(BloomConfig(vocab_size=len(assets["tokenizer"]), hidden_size=16, n_layer=1, n_head=2))
+    args = TrainingArguments(output_dir=str(tmp_path / "out"), max_steps=4, save_steps=2, report_to="none", use_cpu=True,
+                             per_device_train_batch_size=4, disable_tqdm=True)
+    trainer = Trainer(model=model, args=args, train_dataset=Windows(assets["tokenizer"], assets["text"]),
+                      processing_class=assets["tokenizer"], data_collator=default_data_collator,
+                      callbacks=[SaturationCallback(text=assets["eval"], n_tokens=640)])
+    refused_before_training(trainer, r"cannot watch this model: model_type 'bloom' has no adapter in lmsat.adapters; supported: .*gpt_neox")
+
+
+def test_a_callback_without_a_sample_or_with_a_missing_file_is_refused_when_made(assets, tmp_path):
+    from lmsat.callbacks import SaturationCallback
+    from lmsat.errors import MonitorError
+
+    with pytest.raises(MonitorError, match="needs one eval sample. Fix: pass text="):
+        SaturationCallback()
+    with pytest.raises(MonitorError, match=r"text=.*nothing\.txt: no such file"):
+        SaturationCallback(text=tmp_path / "nothing.txt")
+    with pytest.raises(MonitorError, match="not watched during training"):
+        SaturationCallback(text=assets["eval"], metrics=["attention"])
+    with pytest.raises(MonitorError, match="Fix: add 'loss' to metrics"):
+        SaturationCallback(text=assets["eval"], metrics=["anisotropy"])
+
+
+def test_monitor_leaves_the_model_and_every_rng_as_it_found_them(assets, tmp_path):
+    import random
+
+    import torch
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+    import lmsat
+
+    own = sample_of(assets, assets["base"] / "tokenizer", "own2.h5", n_tokens=640, seq_len=64)
+    torch.manual_seed(0)
+    model = GPTNeoXForCausalLM(GPTNeoXConfig(vocab_size=len(assets["tokenizer"]) + 4, hidden_size=16, num_hidden_layers=2,
+                                             num_attention_heads=2, intermediate_size=32, max_position_embeddings=64,
+                                             hidden_dropout=0.1)).train()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    random.seed(1), np.random.seed(1), torch.manual_seed(1)
+    states = random.getstate(), np.random.get_state()[1].copy(), torch.get_rng_state().clone()
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # a loop's mixed precision: the record is float32's
+        record = lmsat.monitor(model, own, tokenizer_dir=assets["base"] / "tokenizer")
+    assert model.training and all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert all(p.grad is None for p in model.parameters())
+    assert random.getstate() == states[0] and (np.random.get_state()[1] == states[1]).all()
+    assert torch.equal(torch.get_rng_state(), states[2])
+    again = lmsat.monitor(model.eval(), own, tokenizer_dir=assets["base"] / "tokenizer")
+    assert record["loss"]["loss"] == again["loss"]["loss"] and record["sequence_losses"].shape == (10,)
+    assert np.isclose(record["sequence_losses"].mean(), record["loss"]["loss"], rtol=1e-9)

@@ -150,7 +150,7 @@ def sample_settings(settings: dict, model_config: dict, *, seq_len: int | None =
         if found and seq_len > found[1]:
             raise AnalyseError(
                 f"--seq-len {seq_len} exceeds the context of {where} ({found[0]}={found[1]}): positions past it "
-                f"would give wrong losses, without an error. Fix: --seq-len at most {found[1]}"
+                f"would give wrong losses, without an error. Fix: --seq-len {found[1]} or less"
             )
         settings["sample"]["seq_len"] = int(seq_len)
     elif not from_config and found and settings["sample"]["seq_len"] > found[1]:

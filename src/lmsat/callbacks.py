@@ -81,14 +81,17 @@ def text_sample(text, tokenizer_dir, out_path, model_config: dict, *, seq_len=No
     from lmsat import analysis
 
     files = [Path(f) for f in ([text] if isinstance(text, (str, Path)) else text)]
-    chosen, note = analysis.sample_settings(settings or analysis.run_settings(), model_config, seq_len=seq_len,
-                                            n_tokens=n_tokens, from_config=settings is not None, where="the model")
-    if note:
-        log.info("lmsat: %s", note)
     try:
+        chosen, note = analysis.sample_settings(settings or analysis.run_settings(), model_config, seq_len=seq_len,
+                                                n_tokens=n_tokens, from_config=settings is not None, where="the model")
+        if note:
+            log.info("lmsat: %s", note.replace("--seq-len N", "seq_len="))
         tokens, attrs = analysis.text_sample(files, Path(tokenizer_dir), out_path, chosen)
-    except analysis.AnalyseError as error:
-        raise MonitorError(str(error).replace("--text", "text=")) from None
+    except analysis.AnalyseError as error:  # its flags are this function's arguments
+        message = str(error)
+        for flag, argument in (("--seq-len ", "seq_len="), ("--n-tokens ", "n_tokens="), ("--text ", "text=")):
+            message = message.replace(flag, argument)
+        raise MonitorError(message) from None
     return Sample(tokens, attrs, Path(out_path), chosen)
 
 
