@@ -284,3 +284,22 @@ def test_monitor_leaves_the_model_and_every_rng_as_it_found_them(assets, tmp_pat
     again = lmsat.monitor(model.eval(), own, tokenizer_dir=assets["base"] / "tokenizer")
     assert record["loss"]["loss"] == again["loss"]["loss"] and record["sequence_losses"].shape == (10,)
     assert np.isclose(record["sequence_losses"].mean(), record["loss"]["loss"], rtol=1e-9)
+
+
+def test_every_n_steps_evaluates_between_saves_and_a_resumed_run_keeps_the_earlier_evaluations(assets, tmp_path):
+    from lmsat.callbacks import SaturationCallback
+    from lmsat.tables import read_table
+
+    callback = SaturationCallback(text=assets["eval"], n_tokens=640, every_n_steps=2)
+    trainer = trainer_of(tmp_path / "out", assets["text"], assets["tokenizer"], [callback], max_steps=4, save_steps=4)
+    trainer.train()
+    assert [h["step"] for h in trainer.state.log_history if "lmsat/loss" in h] == [2, 4]
+    loss = read_table(tmp_path / "out" / "lmsat" / "tables" / "loss.csv")
+    assert loss["revision"].tolist() == ["step-2", "checkpoint-4"] and loss["is_final"].tolist() == [False, True]
+    # the run goes on from checkpoint-4: the verdict counts the earlier evaluations (3 in all at step 6)
+    again = SaturationCallback(text=assets["eval"], n_tokens=640, every_n_steps=2)
+    resumed = trainer_of(tmp_path / "out", assets["text"], assets["tokenizer"], [again], max_steps=6, save_steps=4)
+    resumed.train(resume_from_checkpoint=True)
+    assert sorted(again.history) == [2, 4, 6] and again.verdict.checkpoints == 3
+    verdicts = read_table(tmp_path / "out" / "lmsat" / "tables" / "saturation_verdicts.csv")
+    assert verdicts["final_step"].tolist() == [6] and verdicts["verdict"].iloc[0] in ("saturates", "no evidence")
