@@ -37,6 +37,7 @@ import logging
 import math
 import random
 import tempfile
+import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -376,12 +377,14 @@ class SaturationCallback(TrainerCallback):
     stop_on_saturation: stop training once the verdict is `saturates` (default: only warn).
     alpha: the verdict's level. name: the model's name in the tables (default: the output
     folder's, as `lmsat init` names it). trainer: the Trainer (default: found when training
-    starts).
+    starts). tables_interval: seconds between rebuilds of the tables during training (each
+    evaluation's records are written at once; the tables are rebuilt at most this often, and
+    always when training ends).
     """
 
     def __init__(self, text=None, *, sample=None, tokenizer=None, seq_len: int | None = None, n_tokens: int | None = None,
                  config=None, metrics=DEFAULT_METRICS, every_n_steps: int | None = None, stop_on_saturation: bool = False,
-                 alpha: float | None = None, name: str | None = None, trainer=None):
+                 alpha: float | None = None, name: str | None = None, trainer=None, tables_interval: float = 300.0):
         from lmsat.analysis import run_settings
         from lmsat.metrics import METRICS
         from lmsat.verdict import DEFAULT_ALPHA
@@ -413,7 +416,8 @@ class SaturationCallback(TrainerCallback):
         self.seq_len, self.n_tokens, self.config = seq_len, n_tokens, config
         self.settings = run_settings(config)
         self.metrics, self.every_n_steps, self.stop_on_saturation = metrics, every_n_steps, stop_on_saturation
-        self.name, self.trainer = name, trainer
+        self.name, self.trainer, self.tables_interval = name, trainer, float(tables_interval)
+        self.tables_written = -math.inf  # time.monotonic() of the last rebuild of the tables
         self.active, self.sample, self.history, self.verdict, self.warned = False, None, {}, None, False
 
     # -- before training: every check
@@ -472,6 +476,14 @@ class SaturationCallback(TrainerCallback):
             frame = frame.f_back
         return None
 
+    def write_tables(self) -> None:
+        write_tables(self.directory, self.metrics, self.name, self.config_sha256)
+        self.tables_written = time.monotonic()
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.active and self.history:
+            self.write_tables()  # every evaluation's rows, whatever tables_interval skipped
+
     # -- during training
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
@@ -511,7 +523,8 @@ class SaturationCallback(TrainerCallback):
         identity = dict(suite=self.name, model=self.name, revision=revision, step=step,
                         tokens=step * self.tokens_per_step(state, model, checkpoint))
         write_evaluation(self.directory, record, identity, self.sample)
-        write_tables(self.directory, self.metrics, self.name, self.config_sha256)
+        if time.monotonic() - self.tables_written >= self.tables_interval:
+            self.write_tables()
         self.history[step] = np.asarray(record["sequence_losses"])
         steps = sorted(self.history)
         self.verdict = verdict_from_paired(steps, np.stack([self.history[s] for s in steps]), alpha=self.alpha)
