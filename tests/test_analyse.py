@@ -136,3 +136,39 @@ def test_the_public_api_is_exported_lazily_with_docstrings():
     from lmsat.metrics import METRICS
 
     assert lmsat.METRICS is METRICS and lmsat.mean_pairwise_cosine(np.eye(3)) == 0.0
+
+
+def test_text_without_a_config_fits_the_sequences_to_a_small_model_s_context(tmp_path, tiny_neox):
+    """Issue 31, case 4: the README's `analyse CHECKPOINT --text eval.txt` on a model whose
+    context (64) is below the run default (2048 tokens a sequence): the sample's sequences are
+    capped at the context, with a note; --seq-len and --n-tokens choose them."""
+    from conftest import word_tokenizer
+
+    words = [f"w{i}" for i in range(30)]
+    checkpoint = tmp_path / "run" / "checkpoint-50"
+    tiny_neox.save_pretrained(checkpoint)
+    word_tokenizer(words).save_pretrained(checkpoint)
+    rng = np.random.default_rng(0)
+    text = tmp_path / "eval.txt"
+    text.write_text("\n".join(" ".join(rng.choice(words, size=12)) for _ in range(4000)) + "\n")  # 52k tokens: the default 50k
+    done = analyse(checkpoint, "--text", text, "--metrics", "loss", "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "note: sample.seq_len 2048 (the run default) capped at the context" in done.stderr
+    assert "64 (max_position_embeddings)" in done.stderr and "--seq-len" in done.stderr
+    out = json.loads(done.stdout)
+    assert out["sample"]["seq_len"] == 64 and out["sample"]["settings"]["seq_len"] == 64
+    assert out["metrics"]["loss"]["n_tokens"] == out["sample"]["n_seq"] * 63 and np.isfinite(out["metrics"]["loss"]["loss"])
+    # --seq-len and --n-tokens choose the sample: no note then
+    chosen = analyse(checkpoint, "--text", text, "--metrics", "loss", "--json", "--seq-len", "32", "--n-tokens", "320",
+                     cwd=tmp_path)
+    assert chosen.returncode == 0, chosen.stderr[-3000:]
+    assert "note:" not in chosen.stderr
+    sample = json.loads(chosen.stdout)["sample"]
+    assert (sample["n_seq"], sample["seq_len"]) == (10, 32)
+    # a --seq-len past the context is refused before any forward, naming the flag and the fix
+    long = analyse(checkpoint, "--text", text, "--metrics", "loss", "--seq-len", "65", cwd=tmp_path)
+    assert long.returncode == 2 and "--seq-len 65 exceeds the context" in long.stderr
+    assert "Fix: --seq-len 64 or less" in long.stderr and "Traceback" not in long.stderr
+    # without --text they mean nothing: said so
+    alone = analyse(checkpoint, "--metrics", "spectra", "--seq-len", "32", cwd=tmp_path)
+    assert alone.returncode == 2 and "--text" in alone.stderr

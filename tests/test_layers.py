@@ -95,6 +95,7 @@ LAYERS = {
     "lmsat.config": ORCHESTRATION,
     "lmsat.staging": ORCHESTRATION,
     "lmsat.analysis": ORCHESTRATION,
+    "lmsat.callbacks": ORCHESTRATION,
     "lmsat.schema_doc": ORCHESTRATION,
     "lmsat.commands": ORCHESTRATION,
     "lmsat.commands.init": ORCHESTRATION,

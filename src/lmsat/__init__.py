@@ -13,6 +13,7 @@ use (so `import lmsat` and `lmsat plan` load neither torch nor h5py):
     lmsat.head_spectrum(lm), lmsat.attention_lowrank(lm)
     lmsat.extract_to_cache(lm, tokens, path, identity=..., settings=lmsat.ExtractionSettings())
     lmsat.METRICS["loss"].compute(cache)    # every per-checkpoint metric, by name
+    lmsat.monitor(model, "results/default/samples/synthetic/toy.h5")  # the same, on a model in memory
 
 The modules form layers, bottom to top; an import, even one inside a function, only goes
 down (or within its layer, without a cycle), and no private name crosses a module
@@ -29,8 +30,8 @@ down (or within its layer, without a cycle), and no private name crosses a modul
   ngram_werror, scaling, evaluation, bottleneck (the rank sweep and the head cache's
   windows), synthetic, toy;
 - registries: metrics, tables, figures (with its plot modules), report;
-- orchestration: config (loading and planning), staging, analysis, schema_doc, commands,
-  cli, and this package's lazy API.
+- orchestration: config (loading and planning), staging, analysis, callbacks (the Trainer
+  callback and `monitor`), schema_doc, commands, cli, and this package's lazy API.
 
 Output paths are the workflow's (workflow/rules/*.smk).
 """
@@ -60,6 +61,8 @@ PUBLIC = {
     "load_causal_lm": "lmsat.models",
     "load_tokenizer": "lmsat.models",
     "METRICS": "lmsat.metrics",
+    "monitor": "lmsat.callbacks",
+    "SaturationCallback": "lmsat.callbacks",
 }
 
 __all__ = ["__version__", *PUBLIC]

@@ -128,6 +128,42 @@ def text_sample(files: list, tokenizer_dir: Path, out_path: str | Path, settings
     return read_sample(out_path)
 
 
+def sample_settings(settings: dict, model_config: dict, *, seq_len: int | None = None, n_tokens: int | None = None,
+                    from_config: bool = False, where: str = "the model") -> tuple[dict, str | None]:
+    """The sample settings a text sample is built with for a model whose config.json is
+    `model_config`: `settings` (run_settings(...)) with `seq_len` / `n_tokens` when given;
+    otherwise, unless the settings come from a run's config (`from_config`), the run
+    default's sequence length capped at the model's context. -> (settings, a note saying
+    what was capped, or None). An asked `seq_len` past the context is an AnalyseError
+    (positions past it give wrong losses without an error).
+
+    `lmsat analyse --text` and lmsat.callbacks.SaturationCallback pick their samples here,
+    so the two build the same sample of the same text."""
+    from lmsat.models import context_length
+
+    settings = {**settings, "sample": dict(settings["sample"])}
+    found = context_length(model_config)
+    note = None
+    if seq_len is not None:
+        if seq_len < 2:
+            raise AnalyseError(f"a sequence length of {seq_len} tokens predicts nothing. Fix: --seq-len 2 or more")
+        if found and seq_len > found[1]:
+            raise AnalyseError(
+                f"--seq-len {seq_len} exceeds the context of {where} ({found[0]}={found[1]}): positions past it "
+                f"would give wrong losses, without an error. Fix: --seq-len {found[1]} or less"
+            )
+        settings["sample"]["seq_len"] = int(seq_len)
+    elif not from_config and found and settings["sample"]["seq_len"] > found[1]:
+        note = (f"sample.seq_len {settings['sample']['seq_len']} (the run default) capped at the context of {where}: "
+                f"{found[1]} ({found[0]}); --seq-len N chooses another")
+        settings["sample"]["seq_len"] = found[1]
+    if n_tokens is not None:
+        if n_tokens < 1:
+            raise AnalyseError(f"--n-tokens {n_tokens}: a sample needs at least one token. Fix: --n-tokens 1 or more")
+        settings["sample"]["n_tokens"] = int(n_tokens)
+    return settings, note
+
+
 def checkpoint_entry(checkpoint: Path, tokenizer: str = "") -> ModelEntry:
     """A local ModelEntry for one checkpoint directory (lmsat.models.load_causal_lm checks the
     loaded model against it), its sizes read from config.json."""

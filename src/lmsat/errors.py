@@ -44,3 +44,8 @@ class StagingMissing(FileNotFoundError):
             f"{what}: staged file {path} is missing, and compute jobs run offline; {STAGING_HINT}: "
             f"`snakemake stage_all` where the network is reachable (rule {rule}), then rerun"
         )
+
+
+class MonitorError(ValueError):
+    """A model, sample or setting that lmsat.callbacks cannot watch a training run with;
+    raised before training starts, naming the culprit and the fix."""

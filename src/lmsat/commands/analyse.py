@@ -9,7 +9,9 @@
 numbers equal that run's for the checkpoint; --config takes the run's config for the
 settings that decide them (extraction, seed, spectra; default: the schema's defaults).
 --text builds a sample from text files as rule sample_eval_tokens does (same sample
-settings): another sample, so other numbers than a run on another corpus.
+settings): another sample, so other numbers than a run on another corpus. Without --config,
+its sequences are the run default's (2048 tokens) capped at the model's context, with a
+note saying so; --seq-len and --n-tokens set them.
 """
 
 from __future__ import annotations
@@ -40,13 +42,24 @@ def add_arguments(parser) -> None:
     parser.add_argument("--device", default="cpu", help="cpu, cuda or auto (default: cpu)")
     parser.add_argument("--threads", type=int, help="CPU threads of torch")
     parser.add_argument("--save-sample", type=Path, help="with --text: keep the built sample at this path")
+    parser.add_argument("--seq-len", type=int, help="with --text: tokens per sequence (default: the config's, or without "
+                        "--config the run default 2048 capped at the model's context)")
+    parser.add_argument("--n-tokens", type=int, help="with --text: tokens in the sample (default: the config's, or the run default)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
 
 
 def run(args) -> int:
     import lmsat.offline  # noqa: F401 (first: nothing here reaches the network)
 
-    from lmsat.analysis import AnalyseError, analyse_checkpoint, find_tokenizer, resolve_checkpoint, run_settings, text_sample
+    from lmsat.analysis import (
+        AnalyseError,
+        analyse_checkpoint,
+        find_tokenizer,
+        resolve_checkpoint,
+        run_settings,
+        sample_settings,
+        text_sample,
+    )
     from lmsat.cache import CacheError
     from lmsat.config import ConfigError
     from lmsat.corpus import CorpusError, read_sample
@@ -57,6 +70,9 @@ def run(args) -> int:
         settings = run_settings(args.config)
         tokenizer_dir = find_tokenizer(checkpoint, args.tokenizer)
         tokens = sample = None
+        if not args.text and (args.seq_len is not None or args.n_tokens is not None):
+            raise AnalyseError("--seq-len and --n-tokens set how a sample is built from --text. Fix: pass --text FILE, "
+                               "or leave them out (a --sample is analysed as it was built)")
         with tempfile.TemporaryDirectory(prefix="lmsat-sample-") as scratch:
             if args.sample is not None:
                 if not args.sample.is_file():
@@ -66,6 +82,11 @@ def run(args) -> int:
             elif args.text:
                 if tokenizer_dir is None:
                     raise AnalyseError(f"--text needs a tokenizer and none is beside {checkpoint}. Fix: pass --tokenizer DIR")
+                settings, note = sample_settings(settings, json.loads((checkpoint / "config.json").read_text()),
+                                                 seq_len=args.seq_len, n_tokens=args.n_tokens,
+                                                 from_config=args.config is not None, where=f"checkpoint {checkpoint}")
+                if note:
+                    print(f"lmsat analyse: note: {note}", file=sys.stderr)
                 path = args.save_sample or Path(scratch) / "sample.h5"
                 tokens, sample = text_sample(args.text, tokenizer_dir, path, settings)
                 origin = {"kind": "text", "files": [str(f) for f in args.text], "saved": str(path) if args.save_sample else None,

@@ -1,0 +1,557 @@
+"""Watch saturation while a model trains: the pipeline's per-checkpoint numbers, computed on
+the model in memory at every checkpoint save, logged through the Trainer and written as the
+pipeline's tables.
+
+    from lmsat.callbacks import SaturationCallback
+    trainer = Trainer(model=model, args=args, train_dataset=data, processing_class=tokenizer,
+                      callbacks=[SaturationCallback(text="eval.txt")])
+    trainer.train()
+
+At each save (and, with `every_n_steps`, between saves) the callback runs the cheap metrics
+of `lmsat analyse` (loss and its standard error, last-layer anisotropy, effective rank and
+singular entropy of the representations, the head's spectrum) through the same functions:
+the same eval sample as rule sample_eval_tokens builds (lmsat.corpus.build_sample, through
+lmsat.analysis.text_sample), the same forward into a hidden-state cache
+(lmsat.cache.extract_to_cache, into a temporary file) and the same registered metrics
+(lmsat.metrics). So `python -m lmsat analyse <output_dir>/checkpoint-N --text <same file>`
+and a `python -m lmsat init <output_dir>` run with the same sample settings give the same
+numbers (docs/callback.md).
+
+`monitor(model, sample)` is the same record for any other loop (PyTorch Lightning, a loop of
+one's own).
+
+It never changes training: no gradient (torch.no_grad, autocast off), model.training
+restored, no optimizer, scheduler or data-order access, and every RNG state it could touch
+(python, numpy, torch CPU and CUDA) saved before and restored after. Under distributed
+training only the world's process zero computes; the others go on and wait at their next
+collective (no extra collective is added).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import hashlib
+import json
+import logging
+import math
+import random
+import tempfile
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from lmsat.errors import MonitorError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_METRICS = ("loss", "anisotropy", "effective_rank", "spectra")  # analyse's, but the attention grid
+LOG_PREFIX = "lmsat/"
+VERDICT_COLUMNS = ("model",)  # then the fields of lmsat.verdict.Verdict, in order
+
+
+@dataclass
+class Sample:
+    """An eval token sample: tokens (n_seq, seq_len) int, its attributes (sha256, corpus,
+    tokenizer, ...) as lmsat.corpus.read_sample returns them, and where it is on disk."""
+
+    tokens: np.ndarray
+    attrs: dict
+    path: Path | None = None
+    settings: dict = field(default_factory=dict)  # the sample settings it was built with (text samples)
+
+
+def load_sample(path) -> Sample:
+    """A run's sample file (results/<run>/samples/<corpus>/<tokenizer>.h5) as a Sample."""
+    from lmsat.corpus import read_sample
+
+    path = Path(path)
+    if not path.is_file():
+        raise MonitorError(f"sample {path}: no such file. Fix: give results/<run>/samples/<corpus>/<tokenizer>.h5, or text=")
+    tokens, attrs = read_sample(path)
+    return Sample(tokens, attrs, path)
+
+
+def text_sample(text, tokenizer_dir, out_path, model_config: dict, *, seq_len=None, n_tokens=None, settings=None) -> Sample:
+    """The sample of text file(s) as `lmsat analyse --text` builds it for this model: the
+    run's settings (default: the schema's), the sequence length capped at the model's
+    context (lmsat.analysis.sample_settings), built as rule sample_eval_tokens builds it."""
+    from lmsat import analysis
+
+    files = [Path(f) for f in ([text] if isinstance(text, (str, Path)) else text)]
+    try:
+        chosen, note = analysis.sample_settings(settings or analysis.run_settings(), model_config, seq_len=seq_len,
+                                                n_tokens=n_tokens, from_config=settings is not None, where="the model")
+        if note:
+            log.info("lmsat: %s", note.replace("--seq-len N", "seq_len="))
+        tokens, attrs = analysis.text_sample(files, Path(tokenizer_dir), out_path, chosen)
+    except analysis.AnalyseError as error:  # its flags are this function's arguments
+        message = str(error)
+        for flag, argument in (("--seq-len ", "seq_len="), ("--n-tokens ", "n_tokens="), ("--text ", "text=")):
+            message = message.replace(flag, argument)
+        raise MonitorError(message) from None
+    return Sample(tokens, attrs, Path(out_path), chosen)
+
+
+# ---------------------------------------------------------------- checks before training
+
+
+def check_model(model) -> None:
+    """MonitorError unless lmsat.adapters knows the model's family (the metrics find its
+    blocks, final norm and head through it)."""
+    from lmsat.adapters import family_adapter
+
+    try:
+        family_adapter(model)
+    except ValueError as error:
+        raise MonitorError(f"cannot watch this model: {error}") from None
+
+
+def check_sample(model, sample: Sample, tokenizer=None) -> None:
+    """MonitorError before any forward when the sample cannot be scored by `model`: sequences
+    longer than its context, ids past its vocabulary, or (with `tokenizer`, the model's)
+    ids that this tokenizer does not give back when it decodes and encodes them again
+    (another tokenizer's ids: most of them change)."""
+    from lmsat.models import context_length
+
+    n_seq, seq_len = sample.tokens.shape
+    where = f"the sample {sample.path or '(in memory)'}"
+    found = context_length(model.config.to_dict())
+    if found and seq_len > found[1]:
+        raise MonitorError(
+            f"{where} has sequences of {seq_len} tokens, past the model's context ({found[0]}={found[1]}): positions "
+            f"past it would give wrong losses, without an error. Fix: seq_len={found[1]} (or less) with text=, or a "
+            "sample built for this model"
+        )
+    if n_seq < 2:
+        raise MonitorError(f"{where} holds {n_seq} sequence(s); the verdict needs at least 2. Fix: a larger n_tokens")
+    rows = model.get_input_embeddings().weight.shape[0]
+    head = model.get_output_embeddings()
+    rows = min(rows, head.weight.shape[0]) if head is not None else rows
+    top = int(sample.tokens.max())
+    if top >= rows:
+        raise MonitorError(
+            f"{where} holds token id {top}, but the model's vocabulary has {rows} rows: it was tokenized with "
+            "another tokenizer than the model's. Fix: build the sample with the model's tokenizer (text=...)"
+        )
+    if tokenizer is not None:
+        kept = tokenizer_agreement(tokenizer, sample.tokens)
+        if kept < 0.9:
+            raise MonitorError(
+                f"{where} was tokenized with another tokenizer than the model's ({type(tokenizer).__name__}, "
+                f"{len(tokenizer)} tokens): decoding and re-encoding its sequences keeps {kept:.0%} of their ids "
+                "(the model's own tokenizer keeps nearly all). Fix: build the sample with the model's tokenizer "
+                "(text=...), or pass the run's sample of this tokenizer"
+            )
+
+
+def tokenizer_agreement(tokenizer, tokens: np.ndarray, sequences: int = 8) -> float:
+    """The fraction of a sample's ids (its first `sequences` sequences) that `tokenizer` gives
+    back when it decodes and encodes them again (difflib's matching blocks): near 1 for
+    the tokenizer that made them (only the cut words at a window's ends may split
+    otherwise), far less for another one."""
+    from difflib import SequenceMatcher
+
+    kept = total = 0
+    for row in np.asarray(tokens[:sequences]):
+        ids = [int(i) for i in row]
+        again = tokenizer(tokenizer.decode(ids), add_special_tokens=False)["input_ids"]
+        kept += sum(block.size for block in SequenceMatcher(None, ids, again, autojunk=False).get_matching_blocks())
+        total += len(ids)
+    return kept / max(total, 1)
+
+
+# ---------------------------------------------------------------- the record of one evaluation
+
+
+@contextlib.contextmanager
+def untouched(model):
+    """Everything `monitor` could change, as it was: model.training, and the RNG states of
+    python, numpy and torch (CPU and every initialised CUDA device)."""
+    import torch
+
+    was_training = model.training
+    states = (random.getstate(), np.random.get_state(), torch.get_rng_state(),
+              torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None)
+    try:
+        yield
+    finally:
+        model.train(was_training)
+        random.setstate(states[0])
+        np.random.set_state(states[1])
+        torch.set_rng_state(states[2])
+        if states[3] is not None:
+            torch.cuda.set_rng_state_all(states[3])
+
+
+def monitor(model, sample, *, settings: dict | None = None, metrics=DEFAULT_METRICS, tokenizer_dir=None,
+            name: str = "model", revision: str = "in-memory") -> dict:
+    """The per-checkpoint numbers of `model` (in memory, on its device) on `sample` (a Sample,
+    a sample file, or (tokens, attrs)), as rule analyse_checkpoint and the metric rules
+    compute them for a saved checkpoint. -> {metric: its values (spectra: its summary, as
+    `lmsat analyse` prints it)} plus "sequence_losses": (n_seq,) each sequence's mean token
+    loss (the units of lmsat.verdict.verdict_from_paired) and "spectrum": the head spectrum
+    result (what the spectra file holds).
+
+    `settings`: lmsat.analysis.run_settings(...) (default: the schema's, as `lmsat analyse`);
+    extraction.dtype is the forward's: a model in another dtype is copied and cast (the
+    copy is freed after), as the pipeline casts a loaded checkpoint. `tokenizer_dir`: the
+    tokenizer whose size marks the head's padding rows (spectra.drop_padding_rows).
+    Training is untouched (`untouched`): no gradient, autocast off, state restored.
+    """
+    import torch
+
+    from lmsat.analysis import run_settings, spectrum_summary, tokenizer_spec
+    from lmsat.cache import ExtractionSettings, extract_to_cache, open_cache
+    from lmsat.metrics import METRICS, WeightsJob
+    from lmsat.verdict import sequence_means
+
+    sample = as_sample(sample)
+    settings = settings or run_settings()
+    unknown = [m for m in metrics if m not in METRICS or m == "attention"]
+    if unknown:
+        raise MonitorError(f"metrics {unknown} are not watched. Fix: choose among {', '.join(DEFAULT_METRICS)}")
+    check_model(model)
+    check_sample(model, sample)
+    extraction = settings["extraction"]
+    extraction_settings = ExtractionSettings(
+        **{k: extraction[k] for k in ("batch_size", "chunk_sequences", "dtype", "storage_dtype", "layer_sample")},
+        seed=settings["seed"],
+    )
+    parameter = next(model.parameters())
+    device = parameter.device
+    report, spectrum = {}, None
+    with untouched(model), torch.no_grad(), torch.autocast(device.type, enabled=False):
+        model.eval()
+        if "spectra" in metrics:
+            drop = bool(settings["spectra"]["drop_padding_rows"] and tokenizer_dir is not None)
+            job = WeightsJob(model=f"{name}@{revision}", tokenizer=str(tokenizer_dir or ""),
+                             tokenizer_spec=tokenizer_spec(Path(tokenizer_dir)) if tokenizer_dir else {},
+                             drop_padding_rows=drop)
+            spectrum = METRICS["spectra"].compute(model, job)
+            report["spectra"] = spectrum_summary(spectrum)
+        forward_dtype = getattr(torch, extraction_settings.dtype)
+        lm = model if parameter.dtype == forward_dtype else copy.deepcopy(model).to(dtype=forward_dtype)
+        identity = dict(model=name, revision=revision, model_id="in-memory", sample_sha256=sample.attrs["sha256"])
+        with tempfile.TemporaryDirectory(prefix="lmsat-monitor-") as scratch:
+            path = Path(scratch) / "cache.h5"
+            extract_to_cache(lm, sample.tokens, path, identity=identity, settings=extraction_settings, device=str(device))
+            del lm
+            with open_cache(path, expect=dict(sample_sha256=sample.attrs["sha256"])) as cache:
+                for metric in metrics:
+                    if METRICS[metric].reads == "cache":
+                        report[metric] = METRICS[metric].compute(cache)
+                sequence_losses = sequence_means(cache["loss"][...])
+    ordered = {m: report[m] for m in metrics}
+    return {**ordered, "sequence_losses": sequence_losses, "spectrum": spectrum}
+
+
+def as_sample(sample) -> Sample:
+    if isinstance(sample, Sample):
+        return sample
+    if isinstance(sample, (str, Path)):
+        return load_sample(sample)
+    if isinstance(sample, tuple) and len(sample) == 2:
+        return Sample(np.asarray(sample[0]), dict(sample[1]))
+    raise MonitorError(f"sample: a Sample, a sample file or (tokens, attrs) from lmsat.read_sample, not {type(sample).__name__}")
+
+
+LOGGED = {  # metric -> (value in its record, logged name after lmsat/)
+    "loss": (("loss", "loss"), ("loss_sem", "loss_sem")),
+    "anisotropy": (("anisotropy_last", "anisotropy_last"),),
+    "effective_rank": (("effective_rank", "effective_rank"), ("effective_rank_centered", "effective_rank_centered"),
+                       ("singular_entropy", "singular_entropy")),
+    "spectra": (("singular_entropy_sigma", "head_singular_entropy"), ("singular_entropy_sigma2", "head_singular_entropy_sigma2"),
+                ("effective_rank", "head_effective_rank"), ("stable_rank", "head_stable_rank"), ("s1", "head_s1")),
+}
+VERDICT_LOGGED = ("rise", "rise_low", "rise_high", "p_value")  # with lmsat/saturates (1 or 0)
+
+
+def scalars(record: dict) -> dict[str, float]:
+    """The logged scalars of a monitor record, `lmsat/<name>` -> float: LOGGED, and each
+    layer's anisotropy as lmsat/anisotropy_layer_<i> (0 = embeddings)."""
+    out = {}
+    for metric, pairs in LOGGED.items():
+        if metric in record:
+            out.update({LOG_PREFIX + label: float(record[metric][key]) for key, label in pairs})
+    for i, value in enumerate(record.get("anisotropy", {}).get("anisotropy_layers", [])):
+        out[f"{LOG_PREFIX}anisotropy_layer_{i}"] = float(value)
+    return out
+
+
+# ---------------------------------------------------------------- the pipeline's files
+
+
+def write_evaluation(directory: Path, record: dict, identity: dict, sample: Sample) -> None:
+    """One evaluation's files under `directory` (<output_dir>/lmsat), laid out as a run's
+    results: metrics/<metric>/<model>/<revision>.json (rule compute_checkpoint_metric's
+    records), spectra/<model>/<revision>.h5 (rule analyse_checkpoint's spectrum file) and
+    sequence_losses/<model>/<revision>.npz (each sequence's mean loss, for the verdict)."""
+    from lmsat.io import source_sha256, write_json
+    from lmsat.metrics import METRICS
+
+    model, revision = identity["model"], identity["revision"]
+    for metric, values in record.items():
+        if metric in ("sequence_losses", "spectrum"):
+            continue
+        if METRICS[metric].reads == "cache":
+            path = directory / "metrics" / metric / model / f"{revision}.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_json(path, {**identity, "metric": metric, **values, "lmsat_source": source_sha256()})
+    if record.get("spectrum") is not None:
+        path = directory / "spectra" / model / f"{revision}.h5"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        METRICS["spectra"].write(path, record["spectrum"], identity)
+    path = directory / "sequence_losses" / model / f"{revision}.npz"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_suffix(".tmp"), "wb") as handle:
+        np.savez(handle, losses=np.asarray(record["sequence_losses"], dtype=np.float64), step=identity["step"],
+                 sample_sha256=sample.attrs["sha256"])
+    path.with_suffix(".tmp").replace(path)
+
+
+def metric_files(directory: Path, metric: str, model: str) -> list[Path]:
+    from lmsat.metrics import METRICS
+
+    if METRICS[metric].reads == "cache":
+        return sorted((directory / "metrics" / metric / model).glob("*.json"))
+    return sorted((directory / "spectra" / model).glob("*.h5"))
+
+
+def write_tables(directory: Path, metrics, model: str, config_sha256: str) -> dict:
+    """Every table of `metrics` (lmsat.metrics registers them) from the files under
+    `directory`, built by the registered builders and written by lmsat.tables.write_csv with
+    provenance, as rule tabulate_metric writes results/<run>/tables/<table>.csv. -> {name: frame}"""
+    from lmsat.metrics import METRICS
+    from lmsat.tables import write_csv
+
+    built = {}
+    for metric in metrics:
+        files = metric_files(directory, metric, model)
+        for name, table in METRICS[metric].tables.items():
+            frame = table.build(files, {need: built[need] for need in table.needs}, [model])
+            write_csv(frame, directory / "tables" / f"{name}.csv", config_sha256, files if table.row_provenance else ())
+            built[name] = frame
+    return built
+
+
+def read_history(directory: Path, model: str, sample_sha256: str, up_to_step: int) -> dict[int, np.ndarray]:
+    """step -> per-sequence losses of the earlier evaluations on this sample (a resumed run),
+    those after `up_to_step` (checkpoints a resumed run saves again) left out."""
+    history = {}
+    for path in sorted((directory / "sequence_losses" / model).glob("*.npz")):
+        with np.load(path) as saved:
+            if str(saved["sample_sha256"]) == sample_sha256 and int(saved["step"]) <= up_to_step:
+                history[int(saved["step"])] = saved["losses"]
+    return history
+
+
+def settings_sha256(settings: dict, sample: Sample, metrics) -> str:
+    """The `config_sha256` of the callback's tables: its settings, metrics and sample."""
+    payload = {"settings": settings, "metrics": list(metrics), "sample_sha256": sample.attrs["sha256"]}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
+
+
+# ---------------------------------------------------------------- the Trainer callback
+
+try:
+    from transformers import TrainerCallback
+except ImportError:  # transformers is a dependency of lmsat; this only keeps the module importable
+    TrainerCallback = object
+
+
+class SaturationCallback(TrainerCallback):
+    """The pipeline's cheap per-checkpoint numbers at every save of a transformers.Trainer
+    run (docs/callback.md lists every option).
+
+    text: text file(s) the eval sample is built from (as `lmsat analyse --text`), or
+    sample: a run's sample file (results/<run>/samples/...h5). seq_len, n_tokens: the text
+    sample's (default: the run default's, the sequence length capped at the model's
+    context); config: a run config whose sample, extraction, seed and spectra settings are
+    used instead of the schema's. tokenizer: the tokenizer directory (default: the Trainer's
+    processing_class, saved under <output_dir>/lmsat/tokenizer). metrics: among
+    DEFAULT_METRICS. every_n_steps: also evaluate every N optimizer steps between saves.
+    stop_on_saturation: stop training once the verdict is `saturates` (default: only warn).
+    alpha: the verdict's level. name: the model's name in the tables (default: the output
+    folder's, as `lmsat init` names it). trainer: the Trainer (default: found when training
+    starts). tables_interval: seconds between rebuilds of the tables during training (each
+    evaluation's records are written at once; the tables are rebuilt at most this often, and
+    always when training ends).
+    """
+
+    def __init__(self, text=None, *, sample=None, tokenizer=None, seq_len: int | None = None, n_tokens: int | None = None,
+                 config=None, metrics=DEFAULT_METRICS, every_n_steps: int | None = None, stop_on_saturation: bool = False,
+                 alpha: float | None = None, name: str | None = None, trainer=None, tables_interval: float = 300.0):
+        from lmsat.analysis import run_settings
+        from lmsat.metrics import METRICS
+        from lmsat.verdict import DEFAULT_ALPHA
+
+        if (text is None) == (sample is None):
+            raise MonitorError("SaturationCallback needs one eval sample. Fix: pass text='eval.txt' (built as "
+                               "`lmsat analyse --text` builds it) or sample='results/<run>/samples/<corpus>/<tokenizer>.h5'")
+        if sample is not None and (seq_len is not None or n_tokens is not None):
+            raise MonitorError("seq_len and n_tokens set how a sample is built from text=; a sample= file is used as built. "
+                               "Fix: leave them out, or pass text=")
+        metrics = tuple(metrics)
+        unknown = [m for m in metrics if m not in DEFAULT_METRICS]
+        if unknown:
+            raise MonitorError(f"metrics {unknown} are not watched during training. Fix: choose among {', '.join(DEFAULT_METRICS)}")
+        missing = sorted({need for m in metrics for t in METRICS[m].tables.values() for need in t.needs}
+                         - {t for m in metrics for t in METRICS[m].tables})
+        if missing:
+            raise MonitorError(f"the tables of metrics {list(metrics)} need the tables {missing}. Fix: add 'loss' to metrics")
+        if every_n_steps is not None and every_n_steps < 1:
+            raise MonitorError(f"every_n_steps={every_n_steps}. Fix: a positive number of steps, or None (saves only)")
+        self.alpha = DEFAULT_ALPHA if alpha is None else float(alpha)
+        if not 0 < self.alpha < 0.5:
+            raise MonitorError(f"alpha={alpha}. Fix: a level in (0, 0.5), e.g. 0.05")
+        texts = [text] if isinstance(text, (str, Path)) else list(text or [])
+        for path in texts:
+            if not Path(path).is_file():
+                raise MonitorError(f"text={path}: no such file. Fix: give the eval text file(s)")
+        self.text, self.sample_path, self.tokenizer = texts, sample, tokenizer
+        self.seq_len, self.n_tokens, self.config = seq_len, n_tokens, config
+        self.settings = run_settings(config)
+        self.metrics, self.every_n_steps, self.stop_on_saturation = metrics, every_n_steps, stop_on_saturation
+        self.name, self.trainer, self.tables_interval = name, trainer, float(tables_interval)
+        self.tables_written = -math.inf  # time.monotonic() of the last rebuild of the tables
+        self.active, self.sample, self.history, self.verdict, self.warned = False, None, {}, None, False
+
+    # -- before training: every check
+
+    def on_train_begin(self, args, state, control, model=None, processing_class=None, **kwargs):
+        if not state.is_world_process_zero:
+            return  # rank 0 computes; the others never wait for it outside their own collectives
+        if getattr(args, "fsdp", None) or getattr(args, "deepspeed", None):
+            raise MonitorError("SaturationCallback reads the whole model on one process, and FSDP/DeepSpeed shard it. "
+                               "Fix: run `lmsat analyse` (or `lmsat init` + snakemake) on the saved checkpoints instead")
+        from lmsat.commands.init import path_name
+
+        check_model(model)
+        self.directory = Path(args.output_dir) / "lmsat"
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.name = self.name or path_name(Path(args.output_dir).resolve().name)
+        tokenizer_dir = self.tokenizer
+        if tokenizer_dir is None and processing_class is not None:
+            tokenizer_dir = self.directory / "tokenizer"
+            processing_class.save_pretrained(tokenizer_dir)
+        self.tokenizer_dir = Path(tokenizer_dir) if tokenizer_dir is not None else None
+        if self.text:
+            if self.tokenizer_dir is None:
+                raise MonitorError("text= needs the model's tokenizer, and the Trainer has no processing_class. "
+                                   "Fix: Trainer(processing_class=tokenizer), or SaturationCallback(tokenizer=DIR)")
+            self.sample = text_sample(self.text, self.tokenizer_dir, self.directory / "sample.h5", model.config.to_dict(),
+                                      seq_len=self.seq_len, n_tokens=self.n_tokens,
+                                      settings=self.settings if self.config else None)
+            self.settings = {**self.settings, "sample": self.sample.settings["sample"]}
+        else:
+            self.sample = load_sample(self.sample_path)
+        check_sample(model, self.sample, processing_class)
+        self.trainer = self.trainer or self.find_trainer()
+        if self.trainer is None:
+            raise MonitorError("SaturationCallback logs through the Trainer and found none running it. "
+                               "Fix: SaturationCallback(..., trainer=trainer)")
+        self.config_sha256 = settings_sha256(self.settings, self.sample, self.metrics)
+        self.history = read_history(self.directory, self.name, self.sample.attrs["sha256"], state.global_step)
+        self.active = True
+        n_seq, seq_len = self.sample.tokens.shape
+        log.info("lmsat: watching %s on %d x %d tokens (sha256 %s), metrics %s; files under %s", self.name, n_seq, seq_len,
+                 self.sample.attrs["sha256"][:12], ", ".join(self.metrics), self.directory)
+
+    def find_trainer(self):
+        """The Trainer whose callbacks hold this one, from the call stack (on_train_begin runs
+        inside Trainer.train)."""
+        import inspect
+
+        from transformers import Trainer
+
+        frame = inspect.currentframe()
+        while frame is not None:
+            candidate = frame.f_locals.get("self")
+            if isinstance(candidate, Trainer) and any(c is self for c in candidate.callback_handler.callbacks):
+                return candidate
+            frame = frame.f_back
+        return None
+
+    def write_tables(self) -> None:
+        write_tables(self.directory, self.metrics, self.name, self.config_sha256)
+        self.tables_written = time.monotonic()
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.active and self.history:
+            self.write_tables()  # every evaluation's rows, whatever tables_interval skipped
+
+    # -- during training
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        if self.active and self.every_n_steps and state.global_step % self.every_n_steps == 0 and not control.should_save:
+            self.evaluate(args, state, control, model, f"step-{state.global_step}", None)
+        return control
+
+    def on_save(self, args, state, control, model=None, **kwargs):
+        if self.active:
+            from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+            revision = f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
+            self.evaluate(args, state, control, model, revision, Path(args.output_dir) / revision)
+        return control
+
+    def tokens_per_step(self, state, model, checkpoint: Path | None) -> int:
+        """Tokens per optimizer step as `lmsat init` reads them: from the saved
+        trainer_state.json (lmsat.rundir.tokens_per_step), else from the Trainer's state."""
+        from lmsat import rundir
+
+        if checkpoint is not None and (found := rundir.tokens_per_step(checkpoint)):
+            return found[0]
+        step = max(state.global_step, 1)
+        if state.num_input_tokens_seen:
+            return int(round(state.num_input_tokens_seen / step))
+        flos = state.total_flos + getattr(self.trainer, "current_flos", 0)
+        parameters = model.num_parameters(exclude_embeddings=True)
+        return int(round(flos / (6 * parameters) / step)) if parameters and flos else 0
+
+    def evaluate(self, args, state, control, model, revision: str, checkpoint: Path | None) -> dict:
+        from lmsat.tables import write_csv
+        from lmsat.verdict import SATURATES, verdict_from_paired
+
+        step = int(state.global_step)
+        record = monitor(model, self.sample, settings=self.settings, metrics=self.metrics, tokenizer_dir=self.tokenizer_dir,
+                         name=self.name, revision=revision)
+        identity = dict(suite=self.name, model=self.name, revision=revision, step=step,
+                        tokens=step * self.tokens_per_step(state, model, checkpoint))
+        write_evaluation(self.directory, record, identity, self.sample)
+        if time.monotonic() - self.tables_written >= self.tables_interval:
+            self.write_tables()
+        self.history[step] = np.asarray(record["sequence_losses"])
+        steps = sorted(self.history)
+        self.verdict = verdict_from_paired(steps, np.stack([self.history[s] for s in steps]), alpha=self.alpha)
+        import pandas as pd
+
+        write_csv(pd.DataFrame([{"model": self.name, **self.verdict.as_row()}]),
+                  self.directory / "tables" / "saturation_verdicts.csv", self.config_sha256)
+        logged = scalars(record)
+        logged[f"{LOG_PREFIX}saturates"] = float(self.verdict.verdict == SATURATES)
+        logged.update({f"{LOG_PREFIX}{key}": float(getattr(self.verdict, key)) for key in VERDICT_LOGGED
+                       if math.isfinite(getattr(self.verdict, key))})
+        self.trainer.log(logged)
+        v = self.verdict
+        log.info("lmsat: %s at step %d: loss %.6g +- %.2g; verdict %s over %d evaluations (rise %.3g, %.0f%% interval "
+                 "[%.3g, %.3g])", self.name, step, record["loss"]["loss"] if "loss" in record else math.nan,
+                 record["loss"]["loss_sem"] if "loss" in record else math.nan, v.verdict, v.checkpoints, v.rise,
+                 100 * v.interval_level, v.rise_low, v.rise_high)
+        if v.verdict == SATURATES and not self.warned:
+            self.warned = True
+            message = (f"lmsat: {self.name} saturates: at step {step} its eval loss {v.final_loss:.6g} is above the best, "
+                       f"{v.best_loss:.6g} at step {v.best_step}, by {v.rise_low:.3g} to {v.rise_high:.3g} "
+                       f"({100 * v.interval_level:.0f}% simultaneous interval; a test on one sample of "
+                       f"{v.units} sequences, not a proof). Training goes on"
+                       + (" no further: stop_on_saturation=True." if self.stop_on_saturation else
+                          " (stop_on_saturation=True stops it)."))
+            warnings.warn(message, stacklevel=2)
+            log.warning(message)
+        if v.verdict == SATURATES and self.stop_on_saturation:
+            control.should_training_stop = True
+        return record

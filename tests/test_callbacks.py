@@ -1,0 +1,305 @@
+"""lmsat.callbacks: a real transformers.Trainer run of a tiny GPT-NeoX watched by
+SaturationCallback, against the same run without it (bit-identical weights, the same
+checkpoints) and against what `lmsat init` + snakemake compute on its checkpoints (the same
+numbers); the values in the Trainer's log and in TensorBoard's event files; bad input refused
+before training starts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from test_analyse import analyse
+from test_own_run import Windows, init, snakemake, train_tokenizer, write_text
+
+slow = pytest.mark.slow
+STEPS, SAVE = 24, 8  # checkpoint-8, -16, -24
+TOL = dict(rtol=1e-6, atol=1e-7)  # the workflow's own reruns agree to this (test_own_run)
+
+
+def trainer_of(out, text, tokenizer, callbacks=(), max_steps=STEPS, save_steps=SAVE, report_to="none", **extra):
+    """The Trainer of test_own_run.train (same seed, model and data), with `callbacks`."""
+    import torch
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM, Trainer, TrainingArguments, default_data_collator
+
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    config = GPTNeoXConfig(vocab_size=len(tokenizer) + 4, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                           intermediate_size=32, max_position_embeddings=64, tie_word_embeddings=False,
+                           eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.eos_token_id)
+    args = TrainingArguments(
+        output_dir=str(out), max_steps=max_steps, save_steps=save_steps, per_device_train_batch_size=4,
+        learning_rate=3e-3, warmup_steps=2, logging_steps=1000, report_to=report_to, use_cpu=True, seed=0,
+        dataloader_num_workers=0, disable_tqdm=True, save_strategy="steps", **extra,
+    )
+    return Trainer(model=GPTNeoXForCausalLM(config), args=args, train_dataset=Windows(tokenizer, text),
+                   processing_class=tokenizer, data_collator=default_data_collator, callbacks=list(callbacks))
+
+
+def init_sample_tokens(text, tokenizer_dir) -> int:
+    """The sample size `lmsat init` picks for this text and a 64-token context, so that the
+    callback's sample is the one the init config builds."""
+    from lmsat.commands.init import sample_size
+
+    n_tokens, seq_len, _ = sample_size([text], tokenizer_dir, 64)
+    assert seq_len == 64
+    return n_tokens
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Two 24-step runs of one seed, one watched, one not."""
+    from lmsat.callbacks import SaturationCallback
+
+    base = tmp_path_factory.mktemp("watched")
+    text = write_text(base / "train.txt", 600, seed=0)
+    eval_text = write_text(base / "eval.txt", 300, seed=1)
+    tokenizer = train_tokenizer(text)
+    tokenizer.save_pretrained(base / "tokenizer")
+    n_tokens = init_sample_tokens(eval_text, base / "tokenizer")
+    plain = trainer_of(base / "plain" / "out", text, tokenizer)
+    plain.train()
+    callback = SaturationCallback(text=eval_text, n_tokens=n_tokens)
+    watched = trainer_of(base / "watched" / "out", text, tokenizer, [callback], report_to="tensorboard")
+    watched.train()
+    return dict(base=base, eval=eval_text, plain=plain, watched=watched, callback=callback, n_tokens=n_tokens)
+
+
+def weights(folder):
+    from safetensors.torch import load_file
+
+    return load_file(str(folder / "model.safetensors"))
+
+
+@slow
+def test_watching_changes_no_bit_of_training_and_saves_the_same_checkpoints(runs):
+    plain, watched = runs["base"] / "plain" / "out", runs["base"] / "watched" / "out"
+    names = sorted(p.name for p in plain.glob("checkpoint-*"))
+    assert names == ["checkpoint-16", "checkpoint-24", "checkpoint-8"]
+    assert sorted(p.name for p in watched.glob("checkpoint-*")) == names
+    for name in names:
+        assert sorted(p.name for p in (plain / name).iterdir()) == sorted(p.name for p in (watched / name).iterdir())
+        a, b = weights(plain / name), weights(watched / name)
+        assert a.keys() == b.keys() and all(a[k].dtype == b[k].dtype and bool((a[k] == b[k]).all()) for k in a)
+    # the optimizer and scheduler states and the training losses too
+    import torch
+
+    for kind in ("optimizer.pt", "scheduler.pt"):
+        x = torch.load(plain / "checkpoint-24" / kind, weights_only=True)
+        y = torch.load(watched / "checkpoint-24" / kind, weights_only=True)
+        assert str(x) == str(y) if kind == "scheduler.pt" else all(
+            torch.equal(x["state"][i][k], y["state"][i][k]) for i in x["state"] for k in x["state"][i])
+    assert runs["plain"].state.log_history[-1]["train_loss"] == runs["watched"].state.log_history[-1]["train_loss"]
+
+
+@slow
+def test_the_values_reach_the_trainer_s_log_and_tensorboard(runs):
+    history = [h for h in runs["watched"].state.log_history if "lmsat/loss" in h]
+    assert [h["step"] for h in history] == [8, 16, 24]
+    for h in history:
+        assert h["lmsat/loss"] > 0 and 0 < h["lmsat/loss_sem"] < 0.1 and -1 < h["lmsat/anisotropy_last"] <= 1
+        assert 1 <= h["lmsat/effective_rank"] <= 16 and 1 <= h["lmsat/head_effective_rank"] <= 16
+        assert "lmsat/head_singular_entropy" in h and "lmsat/saturates" in h and "lmsat/anisotropy_layer_2" in h
+    assert "lmsat/rise" not in history[0] and "lmsat/rise" in history[-1]  # the verdict needs 3 evaluations
+    loss = pd.read_csv(runs["base"] / "watched" / "out" / "lmsat" / "tables" / "loss.csv")
+    assert np.allclose(loss["loss"], [h["lmsat/loss"] for h in history], rtol=1e-12)
+    # TensorBoard's own reader on the event files the Trainer's TensorBoardCallback wrote
+    event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+    (events,) = {p.parent for p in (runs["base"] / "watched" / "out").rglob("events.out.tfevents.*")}
+    reader = event_accumulator.EventAccumulator(str(events))
+    reader.Reload()
+    assert "train/lmsat/loss" in reader.Tags()["scalars"]  # the Trainer prefixes training logs with train/
+    scalars = reader.Scalars("train/lmsat/loss")
+    assert [s.step for s in scalars] == [8, 16, 24]
+    assert np.allclose([s.value for s in scalars], [h["lmsat/loss"] for h in history], rtol=1e-6)
+
+
+@slow
+def test_the_rows_equal_the_workflow_s_on_the_saved_checkpoints(runs, tmp_path):
+    from lmsat.tables import read_table
+
+    out, work = runs["base"] / "watched" / "out", tmp_path / "work"
+    work.mkdir()
+    done = init(out, "--text", runs["eval"], "-o", work / "mine.yaml", cwd=work)
+    assert done.returncode == 0, done.stderr
+    import yaml
+
+    config = yaml.safe_load((work / "mine.yaml").read_text())
+    assert config["sample"]["n_tokens"] == runs["n_tokens"] and config["sample"]["seq_len"] == 64
+    tables = ("loss", "anisotropy_training", "anisotropy_layers", "effective_rank", "singular_entropy", "spectra")
+    ran = snakemake(work, work / "mine.yaml", "--", *(f"results/out/tables/{t}.csv" for t in tables))
+    assert ran.returncode == 0, ran.stdout[-6000:]
+    mine = out / "lmsat"
+    # the same sample: the very tokens the workflow's rule sample_eval_tokens drew
+    from lmsat.corpus import read_sample
+
+    (pipeline_sample,) = (work / "results" / "out" / "samples").rglob("*.h5")
+    assert read_sample(pipeline_sample)[1]["sha256"] == read_sample(mine / "sample.h5")[1]["sha256"]
+    for name in tables:
+        theirs, ours = read_table(work / "results" / "out" / "tables" / f"{name}.csv"), read_table(mine / "tables" / f"{name}.csv")
+        assert list(ours.columns) == list(theirs.columns), name  # same columns, provenance included
+        assert len(ours) == len(theirs) > 0, name
+        for column in ours.columns:
+            if column.endswith(("sha256", "_version", "row_lmsat_source")):
+                continue
+            if pd.api.types.is_float_dtype(theirs[column]):
+                assert np.allclose(ours[column], theirs[column], equal_nan=True, **TOL), (name, column)
+            else:
+                assert ours[column].tolist() == theirs[column].tolist(), (name, column)
+    verdicts = read_table(mine / "tables" / "saturation_verdicts.csv")
+    from dataclasses import fields
+
+    from lmsat.verdict import Verdict
+
+    assert list(verdicts.columns[: 1 + len(fields(Verdict))]) == ["model", *(f.name for f in fields(Verdict))]
+    assert verdicts["checkpoints"].tolist() == [3] and verdicts["final_step"].tolist() == [24]
+    # `lmsat analyse` on a checkpoint with the same text (no config) reproduces the logged numbers
+    analysed = analyse(out / "checkpoint-16", "--text", runs["eval"], "--n-tokens", runs["n_tokens"], "--metrics", "loss",
+                       "anisotropy", "--json", cwd=tmp_path)
+    assert analysed.returncode == 0, analysed.stderr
+    report = json.loads(analysed.stdout)["metrics"]
+    (logged,) = [h for h in runs["watched"].state.log_history if h.get("step") == 16 and "lmsat/loss" in h]
+    assert np.isclose(report["loss"]["loss"], logged["lmsat/loss"], **TOL)
+    assert np.isclose(report["anisotropy"]["anisotropy_last"], logged["lmsat/anisotropy_last"], **TOL)
+
+
+# ---------------------------------------------------------------- bad input, before training starts
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory):
+    base = tmp_path_factory.mktemp("assets")
+    text = write_text(base / "train.txt", 300, seed=0)
+    eval_text = write_text(base / "eval.txt", 300, seed=1)
+    tokenizer = train_tokenizer(text)
+    tokenizer.save_pretrained(base / "tokenizer")
+    other = base / "other.txt"  # another language: another tokenizer's merges
+    rng = np.random.default_rng(2)
+    other.write_text("\n".join(" ".join("".join(rng.choice(list("xqzvkjwy"), size=int(rng.integers(2, 7))))
+                                        for _ in range(10)) for _ in range(300)) + "\n")
+    train_tokenizer(other).save_pretrained(base / "other-tokenizer")
+    return dict(base=base, text=text, eval=eval_text, tokenizer=tokenizer)
+
+
+def sample_of(assets, tokenizer_dir, name, **sample):
+    from lmsat.analysis import run_settings, text_sample
+
+    settings = run_settings()
+    settings["sample"].update(sample)
+    text_sample([assets["eval"]], tokenizer_dir, assets["base"] / name, settings)
+    return assets["base"] / name
+
+
+def refused_before_training(trainer, match):
+    from lmsat.errors import MonitorError
+
+    with pytest.raises(MonitorError, match=match):
+        trainer.train()
+    assert trainer.state.global_step == 0 and not list(Path(trainer.args.output_dir).glob("checkpoint-*"))
+
+
+def test_a_sample_of_another_tokenizer_is_refused_before_training(assets, tmp_path):
+    from lmsat.callbacks import SaturationCallback, load_sample, tokenizer_agreement
+
+    own = sample_of(assets, assets["base"] / "tokenizer", "own.h5", n_tokens=640, seq_len=64)
+    other = sample_of(assets, assets["base"] / "other-tokenizer", "other.h5", n_tokens=640, seq_len=64)
+    assert tokenizer_agreement(assets["tokenizer"], load_sample(own).tokens) > 0.97
+    assert tokenizer_agreement(assets["tokenizer"], load_sample(other).tokens) < 0.9
+    trainer = trainer_of(tmp_path / "out", assets["text"], assets["tokenizer"], [SaturationCallback(sample=other)])
+    refused_before_training(trainer, r"other\.h5 was tokenized with another tokenizer than the model's.*Fix: build the sample")
+    # the run's own sample is taken
+    watched = trainer_of(tmp_path / "ok", assets["text"], assets["tokenizer"], [SaturationCallback(sample=own)], max_steps=2,
+                         save_steps=2)
+    watched.train()
+    assert [h["step"] for h in watched.state.log_history if "lmsat/loss" in h] == [2]
+
+
+def test_a_sample_longer_than_the_context_is_refused_before_training(assets, tmp_path):
+    from lmsat.callbacks import SaturationCallback
+
+    long = sample_of(assets, assets["base"] / "tokenizer", "long.h5", n_tokens=1280, seq_len=128)
+    trainer = trainer_of(tmp_path / "out", assets["text"], assets["tokenizer"], [SaturationCallback(sample=long)])
+    refused_before_training(trainer, r"sequences of 128 tokens, past the model's context \(max_position_embeddings=64\).*Fix: seq_len=64")
+    asked = trainer_of(tmp_path / "asked", assets["text"], assets["tokenizer"],
+                       [SaturationCallback(text=assets["eval"], seq_len=65, n_tokens=640)])
+    refused_before_training(asked, r"seq_len=65 exceeds the context .*max_position_embeddings=64.*Fix: seq_len=64 or less")
+
+
+def test_a_family_the_adapters_do_not_know_is_refused_before_training(assets, tmp_path):
+    import torch
+    from transformers import BloomConfig, BloomForCausalLM, Trainer, TrainingArguments, default_data_collator
+
+    from lmsat.callbacks import SaturationCallback
+
+    torch.manual_seed(0)
+    model = BloomForCausalLM(BloomConfig(vocab_size=len(assets["tokenizer"]), hidden_size=16, n_layer=1, n_head=2))
+    args = TrainingArguments(output_dir=str(tmp_path / "out"), max_steps=4, save_steps=2, report_to="none", use_cpu=True,
+                             per_device_train_batch_size=4, disable_tqdm=True)
+    trainer = Trainer(model=model, args=args, train_dataset=Windows(assets["tokenizer"], assets["text"]),
+                      processing_class=assets["tokenizer"], data_collator=default_data_collator,
+                      callbacks=[SaturationCallback(text=assets["eval"], n_tokens=640)])
+    refused_before_training(trainer, r"cannot watch this model: model_type 'bloom' has no adapter in lmsat.adapters; supported: .*gpt_neox")
+
+
+def test_a_callback_without_a_sample_or_with_a_missing_file_is_refused_when_made(assets, tmp_path):
+    from lmsat.callbacks import SaturationCallback
+    from lmsat.errors import MonitorError
+
+    with pytest.raises(MonitorError, match="needs one eval sample. Fix: pass text="):
+        SaturationCallback()
+    with pytest.raises(MonitorError, match=r"text=.*nothing\.txt: no such file"):
+        SaturationCallback(text=tmp_path / "nothing.txt")
+    with pytest.raises(MonitorError, match="not watched during training"):
+        SaturationCallback(text=assets["eval"], metrics=["attention"])
+    with pytest.raises(MonitorError, match="Fix: add 'loss' to metrics"):
+        SaturationCallback(text=assets["eval"], metrics=["anisotropy"])
+
+
+def test_monitor_leaves_the_model_and_every_rng_as_it_found_them(assets, tmp_path):
+    import random
+
+    import torch
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+    import lmsat
+
+    own = sample_of(assets, assets["base"] / "tokenizer", "own2.h5", n_tokens=640, seq_len=64)
+    torch.manual_seed(0)
+    model = GPTNeoXForCausalLM(GPTNeoXConfig(vocab_size=len(assets["tokenizer"]) + 4, hidden_size=16, num_hidden_layers=2,
+                                             num_attention_heads=2, intermediate_size=32, max_position_embeddings=64,
+                                             hidden_dropout=0.1)).train()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    random.seed(1), np.random.seed(1), torch.manual_seed(1)
+    states = random.getstate(), np.random.get_state()[1].copy(), torch.get_rng_state().clone()
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # a loop's mixed precision: the record is float32's
+        record = lmsat.monitor(model, own, tokenizer_dir=assets["base"] / "tokenizer")
+    assert model.training and all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert all(p.grad is None for p in model.parameters())
+    assert random.getstate() == states[0] and (np.random.get_state()[1] == states[1]).all()
+    assert torch.equal(torch.get_rng_state(), states[2])
+    again = lmsat.monitor(model.eval(), own, tokenizer_dir=assets["base"] / "tokenizer")
+    assert record["loss"]["loss"] == again["loss"]["loss"] and record["sequence_losses"].shape == (10,)
+    assert np.isclose(record["sequence_losses"].mean(), record["loss"]["loss"], rtol=1e-9)
+
+
+def test_every_n_steps_evaluates_between_saves_and_a_resumed_run_keeps_the_earlier_evaluations(assets, tmp_path):
+    from lmsat.callbacks import SaturationCallback
+    from lmsat.tables import read_table
+
+    callback = SaturationCallback(text=assets["eval"], n_tokens=640, every_n_steps=2)
+    trainer = trainer_of(tmp_path / "out", assets["text"], assets["tokenizer"], [callback], max_steps=4, save_steps=4)
+    trainer.train()
+    assert [h["step"] for h in trainer.state.log_history if "lmsat/loss" in h] == [2, 4]
+    loss = read_table(tmp_path / "out" / "lmsat" / "tables" / "loss.csv")
+    assert loss["revision"].tolist() == ["step-2", "checkpoint-4"] and loss["is_final"].tolist() == [False, True]
+    # the run goes on from checkpoint-4: the verdict counts the earlier evaluations (3 in all at step 6)
+    again = SaturationCallback(text=assets["eval"], n_tokens=640, every_n_steps=2)
+    resumed = trainer_of(tmp_path / "out", assets["text"], assets["tokenizer"], [again], max_steps=6, save_steps=4)
+    resumed.train(resume_from_checkpoint=True)
+    assert sorted(again.history) == [2, 4, 6] and again.verdict.checkpoints == 3
+    verdicts = read_table(tmp_path / "out" / "lmsat" / "tables" / "saturation_verdicts.csv")
+    assert verdicts["final_step"].tolist() == [6] and verdicts["verdict"].iloc[0] in ("saturates", "no evidence")
