@@ -57,6 +57,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         output, text = write_config(args)
     except (InitError, ConfigError) as error:
+        if getattr(args, "debug", False):
+            raise
         print(f"lmsat init: {error}", file=sys.stderr)
         return 2
     print(text)
