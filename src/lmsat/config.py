@@ -826,6 +826,15 @@ def _discovered(spec: dict, spec_key: str, model: dict, key: str) -> dict:
             f"{spec_key}.discover", f"{pattern!r} matches no checkpoint in {folder}{seen}",
             f"use discover: '{glob}'" if glob else "point the model's id at the folder that holds the checkpoint directories",
         )
+    conflicts = rundir.step_conflicts(folder, found.revisions)
+    if conflicts:  # a renamed or copied checkpoint: its losses would be drawn at the wrong step
+        name, step, recorded = conflicts[0]
+        raise ConfigError(
+            f"{spec_key}.discover", f"{folder / name} is step {step} by its name (step_regex {spec['step_regex']!r}), but "
+            f"its trainer_state.json says global_step {recorded}" + (f" ({len(conflicts)} such checkpoints)" if len(conflicts) > 1 else ""),
+            "rename the folder after its global_step if the trainer state is right; if the name is right, put that "
+            "checkpoint's own trainer_state.json there (or remove the copied one)",
+        )
     return dict(spec, discover="", list=[name for name, _ in found.revisions], steps=[step for _, step in found.revisions])
 
 

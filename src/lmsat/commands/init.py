@@ -167,6 +167,16 @@ def build_config(args: argparse.Namespace) -> tuple[dict, dict]:
             name = path_name(f"{folder.parent.name}-{name}")
         names.add(name)
         found = rundir.discover(folder, glob, rundir.DEFAULT_STEP_REGEX).revisions
+        conflicts = rundir.step_conflicts(folder, found)
+        if conflicts:  # which step is right is the user's to say, not a guess of init's
+            listed = "; ".join(f"{folder / n}: step {s} by its name, global_step {g} in its trainer_state.json"
+                               for n, s, g in conflicts)
+            raise InitError(
+                f"checkpoints whose name and trainer state disagree on the training step ({listed}). Fix: if the "
+                "trainer state is right, rename the folder after its global_step (checkpoint-<global_step>); if the "
+                "name is right (a trainer_state.json copied from another checkpoint), put that checkpoint's own "
+                "trainer_state.json there, or remove it and give --tokens-per-step"
+            )
         last = folder / found[-1][0]
         count, how = tokens_per_step(folder, glob, args.tokens_per_step, f"suites.{suite}.tokens_per_step")
         per_step.add(count)
