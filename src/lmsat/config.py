@@ -81,6 +81,94 @@ def config_sha256(config: dict) -> str:
     return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()
 
 
+# The record of the result config that made a run's finished outputs (results/<run>/...):
+# written when a run starts executing, compared by every planning into the same directory.
+RUN_CLAIM = "run_config.json"
+# Result-config keys whose change is no conflict: they add to a run, never change what its
+# finished outputs mean (more metrics plan more files, never other ones).
+ADDITIVE_KEYS = ("metrics", "run")
+
+
+def claim_differences(recorded, current, key: str = "") -> list[tuple[str, object, object]]:
+    """[(dotted key, recorded value, current value)] of the result-config values that differ,
+    ADDITIVE_KEYS left out; a key only one side has is no difference (a key a later lmsat
+    added keeps its default's meaning, the behaviour of the lmsat that made the record), nor
+    a model (by name) or a checkpoint only one side lists: they add rows, not change them."""
+    named = (isinstance(recorded, list) and isinstance(current, list)
+             and all(isinstance(x, dict) and "name" in x for x in recorded + current))
+    if named:  # models by name: one added or left out changes no other model's outputs
+        recorded, current = ({x["name"]: x for x in side} for side in (recorded, current))
+    if key.endswith(".revisions") and all(isinstance(x, dict) and x.get("list") for x in (recorded, current)):
+        # discovered or listed checkpoints: a new one (a run still training) is added, not changed
+        steps = [dict(zip(x["list"], x.get("steps") or [None] * len(x["list"]))) for x in (recorded, current)]
+        return [(f"{key}.steps[{name!r}]", steps[0][name], steps[1][name])
+                for name in sorted(set(steps[0]) & set(steps[1])) if steps[0][name] != steps[1][name]]
+    if isinstance(recorded, dict) and isinstance(current, dict):
+        found = []
+        for name in sorted(set(recorded) & set(current)):
+            if not key and name in ADDITIVE_KEYS:
+                continue
+            found += claim_differences(recorded[name], current[name], f"{key}.{name}" if key else name)
+        return found
+    same = json.dumps(recorded, sort_keys=True, default=str) == json.dumps(current, sort_keys=True, default=str)
+    return [] if same else [(key, recorded, current)]
+
+
+def check_run_claim(run_dir, result: dict, sources: str, replace: bool) -> None:
+    """ConfigError before anything is planned into `run_dir` (results/<run>/) when its
+    finished outputs came from another result config than `result` (lmsat.config.result_config
+    of this plan; `sources`: its config files, in words): what differs, both configs, and
+    the two fixes. `replace` (config key replace_results) lets the plan replace them."""
+    path = Path(run_dir) / RUN_CLAIM
+    if replace or not path.is_file():
+        return
+    if not any(p.is_file() and p != path for p in Path(run_dir).rglob("*")):
+        return  # claimed, but nothing finished there yet: nothing to lose
+    try:
+        record = json.loads(path.read_text())
+        recorded = record["result_config"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return  # not a record this lmsat wrote: no claim to honour
+    differences = claim_differences(recorded, result)
+    if not differences:
+        return
+    shown = "; ".join(f"{key}: {json.dumps(old, default=str)[:80]} there, {json.dumps(new, default=str)[:80]} now"
+                      for key, old, new in differences[:6])
+    more = f" (and {len(differences) - 6} more)" if len(differences) > 6 else ""
+    run = result.get("run") or Path(run_dir).name
+    raise ConfigError(
+        "run",
+        f"{run_dir}/ holds the finished outputs of run {run!r} made by {record.get('sources') or 'another config'} "
+        f"(recorded in {path}), and this plan ({sources}) would change what they mean: {shown}{more}; planning "
+        "would replace that run's samples, caches and tables",
+        "give this config another `run:` (a directory of its own), or, to replace the old results, set "
+        "replace_results: true (e.g. --config replace_results=true)",
+    )
+
+
+def config_sources(paths, overrides: dict | None = None) -> str:
+    """The config files a plan read, in words: each relative to the working directory when
+    under it (nothing under results/ holds an absolute path into the run), and the
+    --config overrides."""
+    here = Path.cwd().resolve()
+    shown = []
+    for path in paths:
+        resolved = Path(path).resolve()
+        shown.append(str(resolved.relative_to(here)) if resolved.is_relative_to(here) else str(path))
+    text = ", ".join(shown) or "no config file"
+    return text + (f" with --config {json.dumps(overrides, sort_keys=True, default=str)}" if overrides else "")
+
+
+def write_run_claim(run_dir, result: dict, sources: str) -> None:
+    """Record `result` (the plan's result config) as the config of `run_dir`'s outputs."""
+    path = Path(run_dir) / RUN_CLAIM
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps({"sources": sources, "config_sha256": config_sha256(result), "result_config": result},
+                              indent=1, sort_keys=True, default=str))
+    tmp.replace(path)
+
+
 def _refuse_duplicate_keys(node: yaml.Node, source: str, key: str = "") -> None:
     """ConfigError at the first key given twice in one mapping of a composed YAML document
     (PyYAML would keep the last one silently); `source`: its file; `key`: the dotted key of `node`."""

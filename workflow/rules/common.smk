@@ -34,12 +34,15 @@ for _name in [n for n in sys.modules if n == "lmsat" or n.startswith("lmsat.")]:
 
 from lmsat.bottleneck import head_ranks, head_train_fields, learning_rates, set_corpora
 from lmsat.config import (
+    check_run_claim,
     config_sha256,
+    config_sources,
     load_plan,
     load_yaml,
     ngram_tokenizers,
     result_config,
     run_of_config_file,
+    write_run_claim,
 )
 from lmsat.corpus import corpus_inputs
 from lmsat.evaluation import OFFLINE_TASKS, STORYCLOZE_2016_FILES
@@ -143,6 +146,25 @@ else:
     config.update(CONFIG)
 RESULT_CONFIG = result_config(CONFIG, SCHEMA)
 CONFIG_SHA256 = config_sha256(RESULT_CONFIG)
+# A run name is a claim on results/<run>/: planning refuses to replace finished outputs of
+# another result config (lmsat.config.check_run_claim) unless replace_results is set.
+CONFIG_SOURCES = (
+    config_sources(
+        workflow.overwrite_configfiles or workflow.configfiles,
+        dict(workflow.config_settings.config),  # the --config items only
+    )
+    if workflow.modifier.is_main_snakefile()
+    else "the config dict a `module` statement passed"
+)
+check_run_claim(
+    f"results/{RUN}", RESULT_CONFIG, CONFIG_SOURCES, CONFIG["replace_results"]
+)
+
+
+onstart:
+    write_run_claim(f"results/{RUN}", RESULT_CONFIG, CONFIG_SOURCES)
+
+
 MODELS = PLAN.models
 TOY_LANGUAGE = f"results/{RUN}/toy/language.h5"
 TOY_TOKENIZER = f"results/{RUN}/toy/tokenizer/tokenizer.json"
