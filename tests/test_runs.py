@@ -317,3 +317,22 @@ def test_a_second_config_naming_a_finished_run_is_refused_and_changes_nothing(tm
     replaced = snakemake(tmp_path, second, "-n", target, "--config", "replace_results=true", name="second.yaml")
     assert replaced.returncode == 0 and "rule sample_eval_tokens" in replaced.stdout, replaced.stdout[-4000:]
     assert contents_of(tmp_path / "results" / "loc") == before
+
+
+def test_what_grows_a_run_is_no_conflict_and_what_changes_its_outputs_is(default_config):
+    from lmsat.config import claim_differences, result_config
+
+    schema = load_yaml(SCHEMA)
+    old = result_config(load_plan(default_config, SCHEMA).config, schema)
+    grown = copy.deepcopy(default_config)
+    grown.update(metrics=["loss", "spectra"], threads=4, device="cpu")  # fewer metrics, operational keys
+    grown["evaluation"]["tasks"] = ["synthetic_ppl"]  # one task fewer
+    grown["bottleneck"]["ranks"] = [1, 4, 8, 16]  # one rank more
+    grown["suites"]["toy"]["models"] = grown["suites"]["toy"]["models"][:3]  # a model left out
+    grown["bottleneck"]["models"] = ["toy-d32"]
+    assert claim_differences(old, result_config(load_plan(grown, SCHEMA).config, schema)) == []
+    changed = copy.deepcopy(grown)
+    changed["toy"]["max_steps"] = 400
+    changed["suites"]["toy"]["models"][0]["hidden_size"] = 24
+    found = {key for key, _, _ in claim_differences(old, result_config(load_plan(changed, SCHEMA).config, schema))}
+    assert {"toy.max_steps", "suites.toy.models.toy-d16.hidden_size"} <= found, found

@@ -87,13 +87,21 @@ RUN_CLAIM = "run_config.json"
 # Result-config keys whose change is no conflict: they add to a run, never change what its
 # finished outputs mean (more metrics plan more files, never other ones).
 ADDITIVE_KEYS = ("metrics", "run")
+# Lists of what to plan, each item's outputs its own: an item added or left out changes none
+# of the others' (a corpus's `files`, by contrast, make one sample: a change is a conflict).
+SELECTION_LISTS = ("evaluation.tasks", "evaluation.models", "bottleneck.models", "bottleneck.ranks",
+                   "ngrams.corpora", "ngrams.tokenizers", "ngrams.ground_truth.sample_sizes",
+                   "figures.anisotropy_suites")
 
 
 def claim_differences(recorded, current, key: str = "") -> list[tuple[str, object, object]]:
     """[(dotted key, recorded value, current value)] of the result-config values that differ,
     ADDITIVE_KEYS left out; a key only one side has is no difference (a key a later lmsat
     added keeps its default's meaning, the behaviour of the lmsat that made the record), nor
-    a model (by name) or a checkpoint only one side lists: they add rows, not change them."""
+    a model (by name), a checkpoint or an item of SELECTION_LISTS only one side lists: they
+    add outputs, not change them."""
+    if key in SELECTION_LISTS:
+        return []
     named = (isinstance(recorded, list) and isinstance(current, list)
              and all(isinstance(x, dict) and "name" in x for x in recorded + current))
     if named:  # models by name: one added or left out changes no other model's outputs
