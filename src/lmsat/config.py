@@ -735,6 +735,7 @@ def load_plan(config: dict, schema: str | Path | dict, default_run: str = "defau
         config["run"] = slice_run(config["run"], config["select"])
     models = _models(config)
     _refuse_ambiguous_plan(config, models)
+    notes = _drop_sections_without_their_metrics(config)
     _check_references(config, models)
     _check_sections(config, models)
     check_scaling_plan(config, models)
@@ -745,7 +746,22 @@ def load_plan(config: dict, schema: str | Path | dict, default_run: str = "defau
             suite["models"] = [m for m in suite["models"] if m["name"] in models]
         unselected["suites"] = {name: s for name, s in unselected["suites"].items() if s["models"]}
         trained = _models(unselected)
-    return Plan(config=config, models=by_size(models), trained=trained)
+    return Plan(config=config, models=by_size(models), trained=trained, notes=tuple(notes))
+
+
+def _drop_sections_without_their_metrics(config: dict) -> list[str]:
+    """A `metrics` list leaves out what a section reads (the bottleneck section: the final
+    head's spectrum, metric `spectra`): the section is dropped from the plan, as `select`
+    drops Table 1 when none of its models is selected, with a note saying so and how to keep
+    it (-> the notes). `metrics: [loss]` plans the loss alone, whatever else the config has."""
+    chosen = config["metrics"]
+    if chosen and "spectra" not in chosen and config["bottleneck"]["models"]:
+        dropped = config["bottleneck"]["models"]
+        config["bottleneck"]["models"] = []
+        return [f"the bottleneck section (rank-constrained heads of {', '.join(dropped)}; Figs. 6 and 8) is not "
+                f"planned: it reads the final head's spectrum, and metrics {chosen} leave out spectra. To plan it, "
+                "add spectra to metrics (or leave metrics null for all)"]
+    return []
 
 
 def run_of_config_file(path, default_config) -> str:

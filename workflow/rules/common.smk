@@ -101,6 +101,8 @@ PLAN = load_plan(
     ),
 )
 RUN = PLAN.run
+for _note in PLAN.notes:  # what planning left out of the config, and how to keep it
+    print(f"lmsat: note: {_note}", file=sys.stderr)
 # Where this run's files go is the workflow's to say; the library computes on the paths it
 # is given: the files the pipeline builds itself (toy tokenizer, synthetic corpus) are read
 # from their spec like any local file, and each model's entry names the hub cache that its

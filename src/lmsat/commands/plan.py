@@ -383,4 +383,6 @@ def run(args) -> int:
         print(f"lmsat plan: {type(error).__name__}: {error}", file=sys.stderr)
         return 2
     print(render(estimate(jobs, plan, args.directory, args.gpus, args.disk_mb)))
+    for note in plan.notes:
+        print(f"note: {note}")
     return 0
