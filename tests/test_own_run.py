@@ -395,3 +395,26 @@ def test_a_checkpoint_whose_trainer_state_contradicts_its_name_is_refused(small_
     with pytest.raises(ConfigError) as info:
         load_plan(load_yaml(tmp_path / "x.yaml"), SCHEMA)
     assert "suites.run.models[0].revisions.discover" in str(info.value) and "global_step 4" in str(info.value)
+
+
+def test_a_local_model_of_another_family_is_sized_and_named_by_the_scaling_refusal(small_run, tmp_path):
+    """Issue 31, case 6: one local Llama run and a fit implied: the refusal named no model (only
+    GPT-NeoX configs were sized); now its size comes from config.json, the instantiated model's."""
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    from lmsat.scaling import count_parameters
+
+    text, tokenizer = small_run / "eval.txt", small_run / "out-tokenizer"
+    vocab = len(AutoTokenizer.from_pretrained(tokenizer))
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=vocab, hidden_size=16, num_hidden_layers=2, num_attention_heads=4,
+                                         num_key_value_heads=2, intermediate_size=40, max_position_embeddings=64))
+    for step in (1, 2):
+        model.save_pretrained(tmp_path / "llama" / f"checkpoint-{step}")
+    size = count_parameters(model, "non_embedding")  # sum(p.numel()) of every non-embedding parameter
+    config = local_config(tmp_path / "llama", text, tokenizer)
+    config["scaling"] = {}  # a fit (the default), one model size
+    with pytest.raises(ConfigError, match=rf"min_params': .* but 0 of this plan's sizes reach it " + re.escape(f"(mine {size:.4g})")):
+        load_plan(config, SCHEMA)
+    config["scaling"] = {"params": "total"}
+    with pytest.raises(ConfigError, match=re.escape(f"(mine {count_parameters(model, 'total'):.4g})")):
+        load_plan(config, SCHEMA)

@@ -1005,7 +1005,7 @@ def check_scaling_plan(config: dict, models: dict[str, ModelEntry]) -> None:
     above = {n for n in sizes.values() if n >= threshold}
     if len(above) + len(unknown) >= 2:
         return
-    listed = ", ".join(f"{name} {n:.4g}" for name, n in sizes.items())
+    listed = ", ".join([f"{name} {n:.4g}" for name, n in sizes.items()] + [f"{name} unknown" for name in unknown])
     distinct = sorted(set(sizes.values()), reverse=True)
     fix = f"lower scaling.min_params to at most {distinct[1]:.4g}, " if len(distinct) >= 2 else ""
     raise ConfigError(
@@ -1017,7 +1017,8 @@ def check_scaling_plan(config: dict, models: dict[str, ModelEntry]) -> None:
 
 
 def _local_parameter_count(model: ModelEntry, kind: str) -> int:
-    """`kind` parameter count of a local GPT-NeoX model from its final config.json (0: unknown)."""
+    """`kind` parameter count of a local model from its final config.json, for every family
+    lmsat.scaling.FAMILY_COUNTS sizes (those of lmsat.adapters); 0: unknown."""
     if model.source != "local":
         return 0
     path = Path(model.id) / model.final_revision / "config.json"
@@ -1025,8 +1026,10 @@ def _local_parameter_count(model: ModelEntry, kind: str) -> int:
         model_config = json.loads(path.read_text())
     except (OSError, ValueError):
         return 0
-    if model_config.get("model_type") != "gpt_neox":
-        return 0
-    from lmsat.scaling import count_parameters
+    from lmsat.scaling import config_parameter_counts
 
-    return count_parameters(model_config, kind)
+    try:
+        counts = config_parameter_counts(model_config)
+    except (TypeError, ValueError, AttributeError):  # a config.json without the family's shapes
+        return 0
+    return counts[kind] if counts else 0

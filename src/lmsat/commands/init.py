@@ -231,13 +231,13 @@ def scaling_section(config: dict) -> dict:
     sizes or more (B = E = 0: the published B, beta, E describe web text and 1e9+ tokens,
     not this run), else no Fig. 1b."""
     plan = load_plan(dict(config, scaling=dict(enabled=False)), SCHEMA)
-    from lmsat.scaling import count_parameters
+    from lmsat.scaling import config_parameter_counts
 
     sizes = {}
     for name, model in plan.models.items():
-        model_config = rundir.read_config(Path(model.id) / model.final_revision)
-        if model_config.get("model_type") == "gpt_neox":
-            sizes[name] = count_parameters(model_config, "non_embedding")
+        counts = config_parameter_counts(rundir.read_config(Path(model.id) / model.final_revision))
+        if counts:  # every family lmsat.adapters knows
+            sizes[name] = counts["non_embedding"]
     if len(set(sizes.values())) < 2 or len(sizes) < len(plan.models):
         return dict(enabled=False)
     return dict(enabled=True, params="non_embedding", min_params=min(sizes.values()), fit_on="final", B=0.0, E=0.0)
