@@ -413,7 +413,7 @@ def test_a_local_model_of_another_family_is_sized_and_named_by_the_scaling_refus
     size = count_parameters(model, "non_embedding")  # sum(p.numel()) of every non-embedding parameter
     config = local_config(tmp_path / "llama", text, tokenizer)
     config["scaling"] = {}  # a fit (the default), one model size
-    with pytest.raises(ConfigError, match=rf"min_params': .* but 0 of this plan's sizes reach it " + re.escape(f"(mine {size:.4g})")):
+    with pytest.raises(ConfigError, match=r"min_params': .* but 0 of this plan's sizes reach it " + re.escape(f"(mine {size:.4g})")):
         load_plan(config, SCHEMA)
     config["scaling"] = {"params": "total"}
     with pytest.raises(ConfigError, match=re.escape(f"(mine {count_parameters(model, 'total'):.4g})")):
