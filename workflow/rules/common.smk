@@ -163,8 +163,12 @@ check_run_claim(
 )
 
 
-onstart:
-    write_run_claim(f"results/{RUN}", RESULT_CONFIG, CONFIG_SOURCES)
+# Recorded when the run starts executing (never by a dry run); as a module, lmsat leaves the
+# deploying workflow's own onstart handler in place and records nothing.
+if workflow.modifier.is_main_snakefile():
+
+    onstart:
+        write_run_claim(f"results/{RUN}", RESULT_CONFIG, CONFIG_SOURCES)
 
 
 MODELS = PLAN.models
