@@ -172,3 +172,26 @@ def test_text_without_a_config_fits_the_sequences_to_a_small_model_s_context(tmp
     # without --text they mean nothing: said so
     alone = analyse(checkpoint, "--metrics", "spectra", "--seq-len", "32", cwd=tmp_path)
     assert alone.returncode == 2 and "--text" in alone.stderr
+
+
+def test_a_vocabulary_smaller_than_the_tokenizer_is_refused_before_the_forward(tmp_path, tiny_neox):
+    """Issue 31, case 3: a checkpoint of 40 vocabulary rows and a tokenizer of 62 ids, `--metrics
+    loss` on text: the pipeline's refusal (lmsat.models.check_token_ids), not a raw IndexError."""
+    from conftest import word_tokenizer
+
+    tiny_neox.save_pretrained(tmp_path / "checkpoint-50")
+    words = [f"w{i}" for i in range(60)]  # ids 0..59 (+ eos 60, unk 61): past the model's 40 rows
+    word_tokenizer(words).save_pretrained(tmp_path / "tokenizer")
+    text = tmp_path / "eval.txt"
+    text.write_text("\n".join(" ".join(words[(7 * i + j) % 60] for j in range(40)) for i in range(40)) + "\n")
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({"sample": {"n_tokens": 256, "seq_len": 16, "pool_factor": 2}}))
+    done = analyse(tmp_path / "checkpoint-50", "--text", text, "--tokenizer", tmp_path / "tokenizer", "--config", config,
+                   "--metrics", "loss", cwd=tmp_path)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert "IndexError" not in done.stderr and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert "ModelLoadError" in done.stderr and "vocabulary of 40 rows" in done.stderr, done.stderr
+    assert "--tokenizer" in done.stderr and "Fix:" in done.stderr
+    debug = analyse(tmp_path / "checkpoint-50", "--text", text, "--tokenizer", tmp_path / "tokenizer", "--config", config,
+                    "--metrics", "loss", "--debug", cwd=tmp_path)
+    assert debug.returncode != 0 and "Traceback" in debug.stderr and "check_token_ids" in debug.stderr

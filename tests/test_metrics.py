@@ -93,8 +93,14 @@ def test_metrics_key_plans_exactly_the_named_metrics(default_config):
     with pytest.raises(ConfigError, match="loss is not planned"):
         load_plan(dict(default_config, metrics=["effective_rank"]), SCHEMA)
     load_plan(dict(bottleneck_off, metrics=["loss"]), SCHEMA)
-    with pytest.raises(ConfigError, match="spectra is not planned"):
-        load_plan(dict(default_config, metrics=["loss"]), SCHEMA)
+    # a metrics list without spectra drops the bottleneck section (it reads the final head's
+    # spectrum) from the plan, with a note naming it and the fix (issue 31, case 7)
+    plan = load_plan(dict(default_config, metrics=["loss"]), SCHEMA)
+    assert plan.config["bottleneck"]["models"] == [] and plan.config["metrics"] == ["loss"]
+    (note,) = plan.notes
+    assert "bottleneck section (rank-constrained heads of toy-d32, toy-d64" in note and "add spectra to metrics" in note
+    assert load_plan(default_config, SCHEMA).notes == ()
+    assert load_plan(dict(default_config, metrics=["loss", "spectra"]), SCHEMA).config["bottleneck"]["models"]
 
 
 def test_table_names_are_unique_and_builders_are_functions():

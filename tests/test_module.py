@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -102,6 +103,26 @@ def test_the_module_plans_the_config_it_is_passed_not_the_deploying_files(tmp_pa
     result = snakemake(workdir, decoy_dir, "-n")
     assert result.returncode == 0, result.stdout[-4000:]
     assert planned_runs_and_metrics(result.stdout) == ({"from_module"}, {"loss"})
+    assert not marker.exists(), marker.read_text()
+
+
+def test_the_documented_example_plans_the_loss_alone_with_the_shipped_config(tmp_path):
+    """docs/module.md's example, verbatim, with the shipped config/config.yaml (as snakedeploy
+    copies it): it was refused ("spectra is not planned"); now the loss alone is planned in
+    results/mine/, and the bottleneck section is left out with a note (issue 31, case 7)."""
+    text = (ROOT / "docs" / "module.md").read_text()
+    (example,) = re.findall(r"`config: (\{\*\*config, [^`]*\})`", text)
+    decoy_dir, marker = decoy(tmp_path)
+    workdir = tmp_path / "deployer"
+    (workdir / "config").mkdir(parents=True)
+    shutil.copy(ROOT / "config" / "config.yaml", workdir / "config" / "config.yaml")
+    deploy(workdir, 'configfile: "config/config.yaml"\n\n', example)
+    result = snakemake(workdir, decoy_dir, "-n")
+    assert result.returncode == 0, result.stdout[-4000:]
+    runs, metrics = planned_runs_and_metrics(result.stdout)
+    assert (runs, metrics) == ({"mine"}, {"loss"})
+    assert "lmsat: note: the bottleneck section (rank-constrained heads of toy-d32, toy-d64" in result.stdout
+    assert "train_rank_head" not in result.stdout and "build_head_cache" not in result.stdout
     assert not marker.exists(), marker.read_text()
 
 

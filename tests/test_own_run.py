@@ -26,7 +26,7 @@ import pytest
 import yaml
 
 from lmsat import rundir
-from lmsat.config import ConfigError, load_plan
+from lmsat.config import ConfigError, load_plan, load_yaml
 
 from conftest import ROOT, SCHEMA
 
@@ -372,3 +372,49 @@ def test_own_run_end_to_end_offline_and_the_next_snakemake_analyses_only_new_che
                 assert np.allclose(merged[column], merged[f"{column}_new"], rtol=1e-6, atol=1e-7)
     nothing = snakemake(workdir, config, "-n")
     assert "Nothing to be done" in nothing.stdout, nothing.stdout[-3000:]
+
+
+def test_a_checkpoint_whose_trainer_state_contradicts_its_name_is_refused(small_run, tmp_path):
+    """Issue 31, case 5: checkpoint-4's trainer_state.json copied into a folder named checkpoint-2
+    (global_step 4 inside checkpoint-2) was analysed as step 2 with no word. init refuses, naming
+    the folder, both steps and the fixes; so does planning a config that discovers it."""
+    run = tmp_path / "run"
+    for name in ("checkpoint-4", "checkpoint-6"):
+        shutil.copytree(small_run / "out" / name, run / name)
+    shutil.copytree(small_run / "out" / "checkpoint-2", run / "checkpoint-2", ignore=shutil.ignore_patterns("trainer_state.json"))
+    shutil.copy(small_run / "out" / "checkpoint-4" / "trainer_state.json", run / "checkpoint-2" / "trainer_state.json")
+    assert json.loads((run / "checkpoint-2" / "trainer_state.json").read_text())["global_step"] == 4
+    done = init(run, "--text", small_run / "eval.txt", "-o", tmp_path / "x.yaml")
+    assert done.returncode == 2 and not (tmp_path / "x.yaml").exists() and "Traceback" not in done.stderr, done.stderr
+    assert f"{run / 'checkpoint-2'}: step 2 by its name, global_step 4 in its trainer_state.json" in done.stderr
+    assert "rename the folder" in done.stderr and "Fix:" in done.stderr
+    # a config that discovers the folder again (the next checkpoint of a run still training): refused at planning
+    (run / "checkpoint-2" / "trainer_state.json").unlink()
+    assert init(run, "--text", small_run / "eval.txt", "-o", tmp_path / "x.yaml").returncode == 0
+    shutil.copy(small_run / "out" / "checkpoint-4" / "trainer_state.json", run / "checkpoint-2" / "trainer_state.json")
+    with pytest.raises(ConfigError) as info:
+        load_plan(load_yaml(tmp_path / "x.yaml"), SCHEMA)
+    assert "suites.run.models[0].revisions.discover" in str(info.value) and "global_step 4" in str(info.value)
+
+
+def test_a_local_model_of_another_family_is_sized_and_named_by_the_scaling_refusal(small_run, tmp_path):
+    """Issue 31, case 6: one local Llama run and a fit implied: the refusal named no model (only
+    GPT-NeoX configs were sized); now its size comes from config.json, the instantiated model's."""
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    from lmsat.scaling import count_parameters
+
+    text, tokenizer = small_run / "eval.txt", small_run / "out-tokenizer"
+    vocab = len(AutoTokenizer.from_pretrained(tokenizer))
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=vocab, hidden_size=16, num_hidden_layers=2, num_attention_heads=4,
+                                         num_key_value_heads=2, intermediate_size=40, max_position_embeddings=64))
+    for step in (1, 2):
+        model.save_pretrained(tmp_path / "llama" / f"checkpoint-{step}")
+    size = count_parameters(model, "non_embedding")  # sum(p.numel()) of every non-embedding parameter
+    config = local_config(tmp_path / "llama", text, tokenizer)
+    config["scaling"] = {}  # a fit (the default), one model size
+    with pytest.raises(ConfigError, match=r"min_params': .* but 0 of this plan's sizes reach it " + re.escape(f"(mine {size:.4g})")):
+        load_plan(config, SCHEMA)
+    config["scaling"] = {"params": "total"}
+    with pytest.raises(ConfigError, match=re.escape(f"(mine {count_parameters(model, 'total'):.4g})")):
+        load_plan(config, SCHEMA)

@@ -112,3 +112,42 @@ def test_a_profile_with_job_groups_counts_each_job_once(tmp_path):
     grouped = dry_run(str(configfile), str(ROOT / "profiles" / "slurm"), tmp_path)
     assert Counter(job.rule for job in grouped) == Counter(job.rule for job in plain)
     assert len({job.jobid for job in grouped}) == len(grouped)
+
+
+def lmsat(*args, cwd) -> subprocess.CompletedProcess:
+    env = {**__import__("os").environ, "PYTHONPATH": str(ROOT / "src")}
+    return subprocess.run([sys.executable, "-m", "lmsat", *map(str, args)], capture_output=True, text=True, timeout=600,
+                          cwd=cwd, env=env)
+
+
+@pytest.mark.parametrize("argument", [("--gpus", "-1"), ("--gpus", "0"), ("--disk-mb", "-5"), ("--disk-mb", "0")])
+def test_non_positive_gpus_or_disk_are_refused_before_any_work(tmp_path, argument):
+    """Issue 31, case 2: `plan --gpus -1 --disk-mb -5` printed a peak disk of a seventh of the real one."""
+    done = lmsat("plan", *argument, cwd=tmp_path)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert f"argument {argument[0]}: {argument[1]} is not positive; fix: give a number above 0" in done.stderr
+    assert not done.stdout  # nothing planned
+
+
+def test_a_missing_config_file_and_a_bad_config_are_named_without_a_traceback(tmp_path):
+    done = lmsat("plan", "--configfile", tmp_path / "nothere.yaml", cwd=tmp_path)
+    assert done.returncode == 2 and "Traceback" not in done.stderr and "FileNotFoundError" not in done.stderr, done.stderr
+    assert f"--configfile {tmp_path / 'nothere.yaml'}: no such file. Fix:" in done.stderr
+    config = small_toy_config(models=("toy-d16",))
+    config["sample"]["n_tokens"] = -3
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(config))
+    done = lmsat("plan", "--configfile", tmp_path / "bad.yaml", cwd=tmp_path)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.startswith("lmsat plan: ConfigError: config key 'sample.n_tokens'"), done.stderr
+    for debug in (["--debug", "plan"], ["plan", "--debug"]):  # --debug keeps the traceback, before or after the command
+        done = lmsat(*debug, "--configfile", tmp_path / "bad.yaml", cwd=tmp_path)
+        assert done.returncode != 0 and "Traceback" in done.stderr and "config key 'sample.n_tokens'" in done.stderr
+
+
+def test_init_names_a_config_error_without_a_traceback(tmp_path):
+    """`lmsat init` on a folder without checkpoints: its named error only; --debug adds the traceback."""
+    (tmp_path / "run" / "notes").mkdir(parents=True)
+    done = lmsat("init", tmp_path / "run", cwd=tmp_path)
+    assert done.returncode == 2 and "Traceback" not in done.stderr and "holds no checkpoint directory" in done.stderr
+    done = lmsat("init", tmp_path / "run", "--debug", cwd=tmp_path)
+    assert done.returncode != 0 and "Traceback" in done.stderr and "holds no checkpoint directory" in done.stderr

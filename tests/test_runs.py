@@ -17,6 +17,7 @@ staged by hand, one lm-eval task) and work on copies of it where they change fil
 
 from __future__ import annotations
 
+import copy
 import os
 import re
 import shutil
@@ -274,3 +275,64 @@ def test_a_copied_run_reads_and_writes_only_its_own_files(finished, tmp_path):
     after = read_json(copy / EVAL_JSON)["results"]["results"]["synthetic_ppl"]["word_perplexity,none"]
     assert after == pytest.approx(before, rel=1e-6)
     assert files_of(workdir) == original  # nothing read into being, written or touched there
+
+
+# ------------------------------------------------------------------ 5. a run name is a claim on its directory
+
+
+def contents_of(root: Path) -> dict[str, tuple[int, bytes]]:
+    """{relative path: (mtime_ns, bytes)} of every file under root."""
+    return {str(p.relative_to(root)): (p.stat().st_mtime_ns, p.read_bytes()) for p in root.rglob("*") if p.is_file()}
+
+
+@slow
+def test_a_second_config_naming_a_finished_run_is_refused_and_changes_nothing(tmp_path):
+    """Issue 31, case 1: a second config with `run: loc` and another sample.n_tokens planned into
+    the finished results/loc, and replaced its sample, caches and loss table. Now planning
+    refuses, naming both configs and what differs; results/loc stays as it was, byte for byte
+    and mtime for mtime. Adding a metric is no conflict; replace_results: true is the override."""
+    first = small_toy_config(("toy-d16",), n_seq=16, chunk=4)
+    first.update(run="loc", metrics=["loss", "spectra"])
+    target = "results/loc/tables/loss.csv"
+    done = snakemake(tmp_path, first, target, name="first.yaml")
+    assert done.returncode == 0, done.stdout[-4000:]
+    claim = read_json(tmp_path / "results/loc/run_config.json")
+    assert claim["sources"] == "first.yaml" and claim["result_config"]["sample"]["n_tokens"] == 16 * 32
+    before = contents_of(tmp_path / "results" / "loc")
+
+    second = copy.deepcopy(first)
+    second["sample"]["n_tokens"] = 32 * 32
+    for args in (["-n", target], [target]):  # the dry run and the run itself
+        refused = snakemake(tmp_path, second, *args, name="second.yaml")
+        assert refused.returncode != 0, refused.stdout[-4000:]
+        out = " ".join(refused.stdout.split())
+        assert "config key 'run': results/loc/ holds the finished outputs of run 'loc' made by first.yaml" in out, out[-3000:]
+        assert "this plan (second.yaml) would change what they mean: sample.n_tokens: 512 there, 1024 now" in out
+        assert "another `run:`" in out and "replace_results: true (e.g. --config replace_results=true)" in out
+    assert contents_of(tmp_path / "results" / "loc") == before  # nothing read into being, written or touched
+
+    more = dict(first, metrics=["loss", "spectra", "anisotropy"])  # one metric more: the same run, grown
+    grown = snakemake(tmp_path, more, "-n", "results/loc/metrics/anisotropy/toy-d16/step16.json", name="first.yaml")
+    assert grown.returncode == 0 and "rule analyse_checkpoint" not in grown.stdout, grown.stdout[-4000:]
+    replaced = snakemake(tmp_path, second, "-n", target, "--config", "replace_results=true", name="second.yaml")
+    assert replaced.returncode == 0 and "rule sample_eval_tokens" in replaced.stdout, replaced.stdout[-4000:]
+    assert contents_of(tmp_path / "results" / "loc") == before
+
+
+def test_what_grows_a_run_is_no_conflict_and_what_changes_its_outputs_is(default_config):
+    from lmsat.config import claim_differences, result_config
+
+    schema = load_yaml(SCHEMA)
+    old = result_config(load_plan(default_config, SCHEMA).config, schema)
+    grown = copy.deepcopy(default_config)
+    grown.update(metrics=["loss", "spectra"], threads=4, device="cpu")  # fewer metrics, operational keys
+    grown["evaluation"]["tasks"] = ["synthetic_ppl"]  # one task fewer
+    grown["bottleneck"]["ranks"] = [1, 4, 8, 16]  # one rank more
+    grown["suites"]["toy"]["models"] = grown["suites"]["toy"]["models"][:3]  # a model left out
+    grown["bottleneck"]["models"] = ["toy-d32"]
+    assert claim_differences(old, result_config(load_plan(grown, SCHEMA).config, schema)) == []
+    changed = copy.deepcopy(grown)
+    changed["toy"]["max_steps"] = 400
+    changed["suites"]["toy"]["models"][0]["hidden_size"] = 24
+    found = {key for key, _, _ in claim_differences(old, result_config(load_plan(changed, SCHEMA).config, schema))}
+    assert {"toy.max_steps", "suites.toy.models.toy-d16.hidden_size"} <= found, found

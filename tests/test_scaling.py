@@ -131,5 +131,59 @@ def test_count_parameters_pythia_160m_reported_counts():
 def test_count_parameters_rejects_bad_kind_and_family():
     with pytest.raises(ValueError, match="kind="):
         count_parameters(tiny_config(), kind="embedding")
-    with pytest.raises(ValueError, match="model_type='gpt2'"):
+    with pytest.raises(ValueError, match="model_type='mamba'"):
+        count_parameters({"model_type": "mamba", "hidden_size": 8})
+    with pytest.raises(ValueError, match="a 'gpt2' config without the shapes of its family"):
         count_parameters({"model_type": "gpt2", "n_embd": 8})
+
+
+def _family_configs():
+    """A tiny real config of each family lmsat.adapters knows (and variants of their options)."""
+    import transformers as T
+
+    base = dict(vocab_size=97, hidden_size=16, num_hidden_layers=2, num_attention_heads=4, intermediate_size=40)
+    return {
+        "gpt_neox": T.GPTNeoXConfig(**base),
+        "gpt2": T.GPT2Config(vocab_size=97, n_embd=16, n_layer=2, n_head=4, n_positions=32),
+        "opt": T.OPTConfig(vocab_size=97, hidden_size=16, num_hidden_layers=2, num_attention_heads=4, ffn_dim=40,
+                           max_position_embeddings=32, word_embed_proj_dim=16),
+        "opt-projected": T.OPTConfig(vocab_size=97, hidden_size=16, num_hidden_layers=2, num_attention_heads=4,
+                                     ffn_dim=40, max_position_embeddings=32, word_embed_proj_dim=8),
+        "llama": T.LlamaConfig(**base, num_key_value_heads=2),
+        "llama-biased-tied": T.LlamaConfig(**base, attention_bias=True, mlp_bias=True, tie_word_embeddings=True),
+        "mistral": T.MistralConfig(**base, num_key_value_heads=2),
+        "qwen2": T.Qwen2Config(**base, num_key_value_heads=2),
+        "gemma": T.GemmaConfig(**base, num_key_value_heads=2, head_dim=8),
+        "olmo": T.OlmoConfig(**base),
+        "olmo2": T.Olmo2Config(**base, num_key_value_heads=2),
+    }
+
+
+def test_every_adapter_family_is_sized():
+    from lmsat.adapters import ADAPTERS
+    from lmsat.scaling import FAMILY_COUNTS
+
+    assert set(FAMILY_COUNTS) == set(ADAPTERS)
+    assert {config.model_type for config in _family_configs().values()} == set(ADAPTERS)
+
+
+@pytest.mark.parametrize("family", sorted(_family_configs()))
+def test_a_family_s_config_json_gives_the_instantiated_model_s_counts(family, tmp_path):
+    """Issue 31, case 6: every family's non-embedding and total counts from its saved
+    config.json alone equal sum(p.numel()) over the model transformers builds from it."""
+    import json
+
+    from transformers import AutoModelForCausalLM
+
+    from lmsat.scaling import config_parameter_counts
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(_family_configs()[family])
+    model.save_pretrained(tmp_path)
+    embeddings = {id(p) for module in (model.get_input_embeddings(), model.get_output_embeddings())
+                  if module is not None for p in module.parameters()}
+    unique = {id(p): p for p in model.parameters()}
+    total = sum(p.numel() for p in unique.values())
+    non_embedding = sum(p.numel() for key, p in unique.items() if key not in embeddings)
+    counts = config_parameter_counts(json.loads((tmp_path / "config.json").read_text()))
+    assert counts == {"non_embedding": non_embedding, "total": total}, family

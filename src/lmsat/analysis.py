@@ -236,7 +236,7 @@ def analyse_checkpoint(checkpoint, tokens: np.ndarray | None, sample: dict | Non
 
     from lmsat.cache import ExtractionSettings, extract_to_cache, open_cache
     from lmsat.metrics import METRICS, WeightsJob
-    from lmsat.models import check_sequence_length, load_causal_lm
+    from lmsat.models import check_sequence_length, check_token_ids, load_causal_lm
 
     checkpoint = Path(checkpoint)
     settings = settings or run_settings()
@@ -253,6 +253,11 @@ def analyse_checkpoint(checkpoint, tokens: np.ndarray | None, sample: dict | Non
     lm = load_causal_lm(entry, checkpoint.name, dtype="auto", device=device)  # the stored dtype, as the job
     if tokens is not None:
         check_sequence_length(lm, entry, checkpoint.name, tokens.shape[1])
+        # as rule analyse_checkpoint: ids past the vocabulary are refused before the forward
+        check_token_ids(lm, entry, checkpoint.name, tokens,
+                        f"the sample ({sample.get('tokenizer') or 'its tokenizer'}'s ids)" if sample else "the sample",
+                        "analyse it with the tokenizer the model was trained with (--tokenizer DIR, and --text, or a "
+                        "--sample built with that tokenizer), or fix the checkpoint's vocabulary")
     drop = settings["spectra"]["drop_padding_rows"] and tokenizer_dir is not None
     job = WeightsJob(model=entry.name, tokenizer=str(tokenizer_dir or ""),
                      tokenizer_spec=tokenizer_spec(tokenizer_dir) if tokenizer_dir else {}, drop_padding_rows=drop)

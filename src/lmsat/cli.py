@@ -29,14 +29,27 @@ def _command_module(name: str):
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(prog="lmsat", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--debug", action="store_true", help="show the traceback of an error (default: its message only)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     chosen = next((a for a in argv if a in COMMANDS), None)
     for name, (_, help_) in COMMANDS.items():
         command_parser = sub.add_parser(name, help=help_)
+        command_parser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                                    help="show the traceback of an error (default: its message only)")
         if name == chosen:  # only the named command's module is imported
             _command_module(name).add_arguments(command_parser)
     args = parser.parse_args(argv)
-    return int(_command_module(args.command).run(args) or 0)
+    # A named error (a bad config, checkpoint or argument) is its message and exit code 2;
+    # its traceback only with --debug (a command's own errors are caught in its run()).
+    from lmsat.errors import ConfigError, CorpusError, FetchError, ModelLoadError, StagingMissing
+
+    try:
+        return int(_command_module(args.command).run(args) or 0)
+    except (ConfigError, CorpusError, FetchError, ModelLoadError, StagingMissing) as error:
+        if args.debug:
+            raise
+        print(f"lmsat {args.command}: {type(error).__name__}: {error}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

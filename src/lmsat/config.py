@@ -81,6 +81,102 @@ def config_sha256(config: dict) -> str:
     return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()
 
 
+# The record of the result config that made a run's finished outputs (results/<run>/...):
+# written when a run starts executing, compared by every planning into the same directory.
+RUN_CLAIM = "run_config.json"
+# Result-config keys whose change is no conflict: they add to a run, never change what its
+# finished outputs mean (more metrics plan more files, never other ones).
+ADDITIVE_KEYS = ("metrics", "run")
+# Lists of what to plan, each item's outputs its own: an item added or left out changes none
+# of the others' (a corpus's `files`, by contrast, make one sample: a change is a conflict).
+SELECTION_LISTS = ("evaluation.tasks", "evaluation.models", "bottleneck.models", "bottleneck.ranks",
+                   "ngrams.corpora", "ngrams.tokenizers", "ngrams.ground_truth.sample_sizes",
+                   "figures.anisotropy_suites")
+
+
+def claim_differences(recorded, current, key: str = "") -> list[tuple[str, object, object]]:
+    """[(dotted key, recorded value, current value)] of the result-config values that differ,
+    ADDITIVE_KEYS left out; a key only one side has is no difference (a key a later lmsat
+    added keeps its default's meaning, the behaviour of the lmsat that made the record), nor
+    a model (by name), a checkpoint or an item of SELECTION_LISTS only one side lists: they
+    add outputs, not change them."""
+    if key in SELECTION_LISTS:
+        return []
+    named = (isinstance(recorded, list) and isinstance(current, list)
+             and all(isinstance(x, dict) and "name" in x for x in recorded + current))
+    if named:  # models by name: one added or left out changes no other model's outputs
+        recorded, current = ({x["name"]: x for x in side} for side in (recorded, current))
+    if key.endswith(".revisions") and all(isinstance(x, dict) and x.get("list") for x in (recorded, current)):
+        # discovered or listed checkpoints: a new one (a run still training) is added, not changed
+        steps = [dict(zip(x["list"], x.get("steps") or [None] * len(x["list"]))) for x in (recorded, current)]
+        return [(f"{key}.steps[{name!r}]", steps[0][name], steps[1][name])
+                for name in sorted(set(steps[0]) & set(steps[1])) if steps[0][name] != steps[1][name]]
+    if isinstance(recorded, dict) and isinstance(current, dict):
+        found = []
+        for name in sorted(set(recorded) & set(current)):
+            if not key and name in ADDITIVE_KEYS:
+                continue
+            found += claim_differences(recorded[name], current[name], f"{key}.{name}" if key else name)
+        return found
+    same = json.dumps(recorded, sort_keys=True, default=str) == json.dumps(current, sort_keys=True, default=str)
+    return [] if same else [(key, recorded, current)]
+
+
+def check_run_claim(run_dir, result: dict, sources: str, replace: bool) -> None:
+    """ConfigError before anything is planned into `run_dir` (results/<run>/) when its
+    finished outputs came from another result config than `result` (lmsat.config.result_config
+    of this plan; `sources`: its config files, in words): what differs, both configs, and
+    the two fixes. `replace` (config key replace_results) lets the plan replace them."""
+    path = Path(run_dir) / RUN_CLAIM
+    if replace or not path.is_file():
+        return
+    if not any(p.is_file() and p != path for p in Path(run_dir).rglob("*")):
+        return  # claimed, but nothing finished there yet: nothing to lose
+    try:
+        record = json.loads(path.read_text())
+        recorded = record["result_config"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return  # not a record this lmsat wrote: no claim to honour
+    differences = claim_differences(recorded, result)
+    if not differences:
+        return
+    shown = "; ".join(f"{key}: {json.dumps(old, default=str)[:80]} there, {json.dumps(new, default=str)[:80]} now"
+                      for key, old, new in differences[:6])
+    more = f" (and {len(differences) - 6} more)" if len(differences) > 6 else ""
+    run = result.get("run") or Path(run_dir).name
+    raise ConfigError(
+        "run",
+        f"{run_dir}/ holds the finished outputs of run {run!r} made by {record.get('sources') or 'another config'} "
+        f"(recorded in {path}), and this plan ({sources}) would change what they mean: {shown}{more}; planning "
+        "would replace that run's samples, caches and tables",
+        "give this config another `run:` (a directory of its own), or, to replace the old results, set "
+        "replace_results: true (e.g. --config replace_results=true)",
+    )
+
+
+def config_sources(paths, overrides: dict | None = None) -> str:
+    """The config files a plan read, in words: each relative to the working directory when
+    under it (nothing under results/ holds an absolute path into the run), and the
+    --config overrides."""
+    here = Path.cwd().resolve()
+    shown = []
+    for path in paths:
+        resolved = Path(path).resolve()
+        shown.append(str(resolved.relative_to(here)) if resolved.is_relative_to(here) else str(path))
+    text = ", ".join(shown) or "no config file"
+    return text + (f" with --config {json.dumps(overrides, sort_keys=True, default=str)}" if overrides else "")
+
+
+def write_run_claim(run_dir, result: dict, sources: str) -> None:
+    """Record `result` (the plan's result config) as the config of `run_dir`'s outputs."""
+    path = Path(run_dir) / RUN_CLAIM
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps({"sources": sources, "config_sha256": config_sha256(result), "result_config": result},
+                              indent=1, sort_keys=True, default=str))
+    tmp.replace(path)
+
+
 def _refuse_duplicate_keys(node: yaml.Node, source: str, key: str = "") -> None:
     """ConfigError at the first key given twice in one mapping of a composed YAML document
     (PyYAML would keep the last one silently); `source`: its file; `key`: the dotted key of `node`."""
@@ -657,6 +753,7 @@ def load_plan(config: dict, schema: str | Path | dict, default_run: str = "defau
         config["run"] = slice_run(config["run"], config["select"])
     models = _models(config)
     _refuse_ambiguous_plan(config, models)
+    notes = _drop_sections_without_their_metrics(config)
     _check_references(config, models)
     _check_sections(config, models)
     check_scaling_plan(config, models)
@@ -668,7 +765,22 @@ def load_plan(config: dict, schema: str | Path | dict, default_run: str = "defau
         unselected["suites"] = {name: s for name, s in unselected["suites"].items() if s["models"]}
         trained = _models(unselected)
     config["suites"] = {**config["suites"], **published}
-    return Plan(config=config, models=by_size(models), trained=trained)
+    return Plan(config=config, models=by_size(models), trained=trained, notes=tuple(notes))
+
+
+def _drop_sections_without_their_metrics(config: dict) -> list[str]:
+    """A `metrics` list leaves out what a section reads (the bottleneck section: the final
+    head's spectrum, metric `spectra`): the section is dropped from the plan, as `select`
+    drops Table 1 when none of its models is selected, with a note saying so and how to keep
+    it (-> the notes). `metrics: [loss]` plans the loss alone, whatever else the config has."""
+    chosen = config["metrics"]
+    if chosen and "spectra" not in chosen and config["bottleneck"]["models"]:
+        dropped = config["bottleneck"]["models"]
+        config["bottleneck"]["models"] = []
+        return [f"the bottleneck section (rank-constrained heads of {', '.join(dropped)}; Figs. 6 and 8) is not "
+                f"planned: it reads the final head's spectrum, and metrics {chosen} leave out spectra. To plan it, "
+                "add spectra to metrics (or leave metrics null for all)"]
+    return []
 
 
 def published_suites(config: dict) -> dict[str, dict]:
@@ -864,6 +976,15 @@ def _discovered(spec: dict, spec_key: str, model: dict, key: str) -> dict:
             f"{spec_key}.discover", f"{pattern!r} matches no checkpoint in {folder}{seen}",
             f"use discover: '{glob}'" if glob else "point the model's id at the folder that holds the checkpoint directories",
         )
+    conflicts = rundir.step_conflicts(folder, found.revisions)
+    if conflicts:  # a renamed or copied checkpoint: its losses would be drawn at the wrong step
+        name, step, recorded = conflicts[0]
+        raise ConfigError(
+            f"{spec_key}.discover", f"{folder / name} is step {step} by its name (step_regex {spec['step_regex']!r}), but "
+            f"its trainer_state.json says global_step {recorded}" + (f" ({len(conflicts)} such checkpoints)" if len(conflicts) > 1 else ""),
+            "rename the folder after its global_step if the trainer state is right; if the name is right, put that "
+            "checkpoint's own trainer_state.json there (or remove the copied one)",
+        )
     return dict(spec, discover="", list=[name for name, _ in found.revisions], steps=[step for _, step in found.revisions])
 
 
@@ -922,7 +1043,7 @@ def check_scaling_plan(config: dict, models: dict[str, ModelEntry]) -> None:
     above = {n for n in sizes.values() if n >= threshold}
     if len(above) + len(unknown) >= 2:
         return
-    listed = ", ".join(f"{name} {n:.4g}" for name, n in sizes.items())
+    listed = ", ".join([f"{name} {n:.4g}" for name, n in sizes.items()] + [f"{name} unknown" for name in unknown])
     distinct = sorted(set(sizes.values()), reverse=True)
     fix = f"lower scaling.min_params to at most {distinct[1]:.4g}, " if len(distinct) >= 2 else ""
     raise ConfigError(
@@ -934,7 +1055,8 @@ def check_scaling_plan(config: dict, models: dict[str, ModelEntry]) -> None:
 
 
 def _local_parameter_count(model: ModelEntry, kind: str) -> int:
-    """`kind` parameter count of a local GPT-NeoX model from its final config.json (0: unknown)."""
+    """`kind` parameter count of a local model from its final config.json, for every family
+    lmsat.scaling.FAMILY_COUNTS sizes (those of lmsat.adapters); 0: unknown."""
     if model.source != "local":
         return 0
     path = Path(model.id) / model.final_revision / "config.json"
@@ -942,8 +1064,10 @@ def _local_parameter_count(model: ModelEntry, kind: str) -> int:
         model_config = json.loads(path.read_text())
     except (OSError, ValueError):
         return 0
-    if model_config.get("model_type") != "gpt_neox":
-        return 0
-    from lmsat.scaling import count_parameters
+    from lmsat.scaling import config_parameter_counts
 
-    return count_parameters(model_config, kind)
+    try:
+        counts = config_parameter_counts(model_config)
+    except (TypeError, ValueError, AttributeError):  # a config.json without the family's shapes
+        return 0
+    return counts[kind] if counts else 0

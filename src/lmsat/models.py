@@ -158,10 +158,11 @@ def check_sequence_length(lm, model: ModelEntry, revision: str, seq_len: int, ke
     check_context(seq_len, lm.config.to_dict(), f"model {model.name} ({model.id}) at {revision}", key)
 
 
-def check_token_ids(lm, model: ModelEntry, revision: str, tokens, where: str) -> None:
+def check_token_ids(lm, model: ModelEntry, revision: str, tokens, where: str, fix: str = "") -> None:
     """ModelLoadError before any forward when `tokens` (the ids `where` holds, e.g. the eval
     sample) reach past the model's vocabulary: its input embedding's or its LM head's rows
-    (a raw `IndexError: index out of range in self` in the forward otherwise)."""
+    (a raw `IndexError: index out of range in self` in the forward otherwise). `fix`: the
+    fix to name (default: the config key of the model's tokenizer)."""
     embedding, head = lm.get_input_embeddings(), lm.get_output_embeddings()
     rows = min(embedding.weight.shape[0], head.weight.shape[0] if head is not None else embedding.weight.shape[0])
     top = int(tokens.max()) if tokens.size else -1
@@ -169,7 +170,7 @@ def check_token_ids(lm, model: ModelEntry, revision: str, tokens, where: str) ->
         raise ModelLoadError(
             f"model {model.name} ({model.id}) at revision {revision} has a vocabulary of {rows} rows, but {where} "
             f"holds token id {top}: the model's vocabulary is smaller than its tokenizer {model.tokenizer!r}. "
-            f"Fix: set '{model.key}.tokenizer' to the tokenizer the model was trained with (or fix its checkpoint)"
+            "Fix: " + (fix or f"set '{model.key}.tokenizer' to the tokenizer the model was trained with (or fix its checkpoint)")
         )
 
 

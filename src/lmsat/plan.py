@@ -87,6 +87,8 @@ class Plan:
     # each model as it is trained (toy suite): its revisions before `select` cut them, so
     # that training depends only on what it trains, not on which revisions a slice reads
     trained: dict[str, ModelEntry] | None = None
+    # what planning left out of the config and why (lmsat.config.load_plan), for the user
+    notes: tuple[str, ...] = ()
 
     @property
     def run(self) -> str:

@@ -77,6 +77,28 @@ def discover(directory: Path, pattern: str, step_regex: str, allow_pickle: bool 
     return Discovered(tuple(found), tuple(incomplete), tuple(unparsed))
 
 
+def state_step(checkpoint: Path) -> int | None:
+    """The `global_step` the checkpoint's trainer_state.json records (None: no such file or field)."""
+    path = Path(checkpoint) / "trainer_state.json"
+    try:
+        step = json.loads(path.read_text()).get("global_step")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return step if isinstance(step, int) and not isinstance(step, bool) else None
+
+
+def step_conflicts(directory: Path, revisions) -> list[tuple[str, int, int]]:
+    """[(checkpoint, step its name says, global_step its trainer_state.json says)] of every
+    checkpoint of `revisions` ((name, step) pairs, as `discover` finds them) whose two steps
+    differ: a renamed or copied folder, whose losses would be drawn at the wrong step."""
+    found = []
+    for name, step in revisions:
+        recorded = state_step(Path(directory) / name)
+        if recorded is not None and recorded != step:
+            found.append((name, step, recorded))
+    return found
+
+
 def architecture(model_config: dict) -> dict:
     """{hidden_size, num_layers, vocab_size, tied_head} a config.json (as a dict) states; a
     value it does not state is left out (tie_word_embeddings is not written when it is the

@@ -236,8 +236,9 @@ def _gpt_neox_counts(config) -> tuple[int, int]:
     model_type = get("model_type")
     if model_type != "gpt_neox":
         raise ValueError(
-            f"count_parameters: config has model_type={model_type!r}; only 'gpt_neox' configs are "
-            "counted from their shapes, pass the model itself for other families"
+            f"count_parameters: config has model_type={model_type!r}; only the families of "
+            f"FAMILY_COUNTS ({', '.join(sorted(FAMILY_COUNTS))}) are counted from their shapes, pass the model itself for "
+            "other families"
         )
     h, n_layers = get("hidden_size"), get("num_hidden_layers")
     inner, vocab = get("intermediate_size"), get("vocab_size")
@@ -251,8 +252,88 @@ def _gpt_neox_counts(config) -> tuple[int, int]:
     return non_embedding, embedding
 
 
+def _separate_projection_counts(get, family: str) -> tuple[int, int]:
+    """(non-embedding, embedding) of the Llama-style families (llama, mistral, qwen2, gemma,
+    olmo, olmo2): q/k/v/o projections (grouped-query k/v), a gated MLP (3 matrices), their
+    norms and the final norm, from the config's shapes."""
+    h, n_layers, inner, vocab = get("hidden_size"), get("num_hidden_layers"), get("intermediate_size"), get("vocab_size")
+    n_heads = get("num_attention_heads")
+    n_kv = get("num_key_value_heads") or n_heads
+    d_head = get("head_dim") or h // n_heads
+    q, kv = n_heads * d_head, n_kv * d_head
+    attention = h * q + 2 * h * kv + q * h
+    if family == "qwen2":
+        attention += q + 2 * kv  # q, k, v biases (no o bias)
+    elif get("attention_bias", False):
+        attention += q + 2 * kv + h
+    mlp = 3 * h * inner + (2 * inner + h if get("mlp_bias", False) else 0)
+    norms = {"olmo": 0, "olmo2": 2 * h + q + kv}.get(family, 2 * h)  # olmo: LayerNorm without weights; olmo2: + q/k norms
+    final = 0 if family == "olmo" else h
+    tied = bool(get("tie_word_embeddings", family == "gemma"))
+    return n_layers * (attention + mlp + norms) + final, vocab * h * (1 if tied else 2)
+
+
+def _gpt2_counts(get) -> tuple[int, int]:
+    """GPT-2: fused c_attn (Conv1D, biased), learned positions (wpe, counted as non-embedding,
+    as `count_parameters(model)` does: only the token embedding and the head are embeddings)."""
+    h, n_layers, vocab, positions = get("n_embd"), get("n_layer"), get("vocab_size"), get("n_positions")
+    inner = get("n_inner") or 4 * h
+    layer = 2 * h + (h * 3 * h + 3 * h) + (h * h + h) + 2 * h + (h * inner + inner) + (inner * h + h)
+    tied = bool(get("tie_word_embeddings", True))
+    return n_layers * layer + 2 * h + positions * h, vocab * h * (1 if tied else 2)
+
+
+def _opt_counts(get) -> tuple[int, int]:
+    """OPT: biased q/k/v/out and fc1/fc2, learned positions (with OPT's offset of 2), the
+    word-embedding projections when word_embed_proj_dim differs from hidden_size."""
+    h, n_layers, inner, vocab = get("hidden_size"), get("num_hidden_layers"), get("ffn_dim"), get("vocab_size")
+    embed = get("word_embed_proj_dim") or h
+    bias = 1 if get("enable_bias", True) else 0
+    norm = 2 * h if get("layer_norm_elementwise_affine", True) else 0
+    layer = 4 * (h * h + bias * h) + (h * inner + bias * inner) + (inner * h + bias * h) + 2 * norm
+    final = norm if get("do_layer_norm_before", True) and not get("_remove_final_layer_norm", False) else 0
+    projections = 2 * h * embed if embed != h else 0
+    positions = (get("max_position_embeddings") + 2) * h
+    tied = bool(get("tie_word_embeddings", True))
+    return n_layers * layer + final + projections + positions, vocab * embed * (1 if tied else 2)
+
+
+# model_type -> (non-embedding, embedding) from a config's shapes: every family of
+# lmsat.adapters.ADAPTERS (tests/test_scaling.py checks each against an instantiated model).
+FAMILY_COUNTS = {
+    "gpt_neox": _gpt_neox_counts,
+    "gpt2": lambda config: _gpt2_counts(_getter(config)),
+    "opt": lambda config: _opt_counts(_getter(config)),
+    **{family: (lambda config, family=family: _separate_projection_counts(_getter(config), family))
+       for family in ("llama", "mistral", "qwen2", "gemma", "olmo", "olmo2")},
+}
+
+
+def _getter(config):
+    """config.get for a config.json dict (its text config, if nested) or a PretrainedConfig."""
+    if isinstance(config, dict):
+        config = config.get("text_config") or config
+        return config.get
+    return lambda key, default=None: getattr(config, key, default)
+
+
+def config_parameter_counts(config) -> dict[str, int] | None:
+    """{"non_embedding", "total"} of a config.json (dict) or PretrainedConfig of a family
+    FAMILY_COUNTS knows, from its shapes alone (no torch); None for another family."""
+    counter = FAMILY_COUNTS.get(_getter(config)("model_type"))
+    if counter is None:
+        return None
+    try:
+        non_embedding, embedding = counter(config)
+    except TypeError:  # a shape the family needs is missing (None)
+        raise ValueError(f"count_parameters: a {_getter(config)('model_type')!r} config without the shapes of its family "
+                         "(hidden size, layers, heads, vocabulary, ...): not a config.json transformers wrote") from None
+    return {"non_embedding": int(non_embedding), "total": int(non_embedding + embedding)}
+
+
 def count_parameters(config_or_model, kind: str = "non_embedding") -> int:
-    """Parameter count of a GPT-NeoX config (dict or PretrainedConfig) or of any HF model.
+    """Parameter count of a config (dict or PretrainedConfig) of a family FAMILY_COUNTS
+    knows, or of any HF model.
 
     kind: "non_embedding" leaves out the input embedding and the LM head (Pythia's
     embed_in and embed_out, the latter named lm_head by transformers >= 5; as in Pythia's
@@ -269,8 +350,10 @@ def count_parameters(config_or_model, kind: str = "non_embedding") -> int:
                 embedding_ids.update(id(p) for p in module.parameters())
         unique = {id(p): p for p in model.parameters()}  # parameters() already dedups tied ones
         return int(sum(p.numel() for key, p in unique.items() if kind == "total" or key not in embedding_ids))
-    non_embedding, embedding = _gpt_neox_counts(config_or_model)
-    return int(non_embedding if kind == "non_embedding" else non_embedding + embedding)
+    counts = config_parameter_counts(config_or_model)
+    if counts is None:
+        _gpt_neox_counts(config_or_model)  # raises, naming the model_type
+    return counts[kind]
 
 
 PARAMETER_KINDS = ("non_embedding", "total")
@@ -289,8 +372,8 @@ def count_model_parameters(model) -> dict:
             f"cannot read the config of model {model.name} ({model.id}) at {revision}: {error}; "
             f"or set {model.key}.n_params in the config"
         ) from error
-    if config.model_type == "gpt_neox":
-        counts = {kind: count_parameters(config, kind) for kind in PARAMETER_KINDS}
+    if config.model_type in FAMILY_COUNTS:
+        counts = config_parameter_counts(config)
     else:
         import torch
         from transformers import AutoModelForCausalLM

@@ -34,12 +34,15 @@ for _name in [n for n in sys.modules if n == "lmsat" or n.startswith("lmsat.")]:
 
 from lmsat.bottleneck import head_ranks, head_train_fields, learning_rates, set_corpora
 from lmsat.config import (
+    check_run_claim,
     config_sha256,
+    config_sources,
     load_plan,
     load_yaml,
     ngram_tokenizers,
     result_config,
     run_of_config_file,
+    write_run_claim,
 )
 from lmsat.corpus import corpus_inputs
 from lmsat.evaluation import OFFLINE_TASKS, STORYCLOZE_2016_FILES
@@ -98,6 +101,8 @@ PLAN = load_plan(
     ),
 )
 RUN = PLAN.run
+for _note in PLAN.notes:  # what planning left out of the config, and how to keep it
+    print(f"lmsat: note: {_note}", file=sys.stderr)
 # Where this run's files go is the workflow's to say; the library computes on the paths it
 # is given: the files the pipeline builds itself (toy tokenizer, synthetic corpus) are read
 # from their spec like any local file, and each model's entry names the hub cache that its
@@ -143,6 +148,29 @@ else:
     config.update(CONFIG)
 RESULT_CONFIG = result_config(CONFIG, SCHEMA)
 CONFIG_SHA256 = config_sha256(RESULT_CONFIG)
+# A run name is a claim on results/<run>/: planning refuses to replace finished outputs of
+# another result config (lmsat.config.check_run_claim) unless replace_results is set.
+CONFIG_SOURCES = (
+    config_sources(
+        workflow.overwrite_configfiles or workflow.configfiles,
+        dict(workflow.config_settings.config),  # the --config items only
+    )
+    if workflow.modifier.is_main_snakefile()
+    else "the config dict a `module` statement passed"
+)
+check_run_claim(
+    f"results/{RUN}", RESULT_CONFIG, CONFIG_SOURCES, CONFIG["replace_results"]
+)
+
+
+# Recorded when the run starts executing (never by a dry run); as a module, lmsat leaves the
+# deploying workflow's own onstart handler in place and records nothing.
+if workflow.modifier.is_main_snakefile():
+
+    onstart:
+        write_run_claim(f"results/{RUN}", RESULT_CONFIG, CONFIG_SOURCES)
+
+
 MODELS = PLAN.models
 # The suite of EleutherAI's published record (source: published; published.smk), if any.
 PUBLISHED = {n: s for n, s in CONFIG["suites"].items() if s["source"] == "published"}

@@ -97,6 +97,8 @@ def run(args) -> int:
             report = analyse_checkpoint(checkpoint, tokens, sample, settings=settings, metrics=args.metrics,
                                         tokenizer_dir=tokenizer_dir, device=resolve_device(args.device), threads=args.threads)
     except (AnalyseError, ConfigError, CorpusError, CacheError, ModelLoadError, ValueError) as error:
+        if getattr(args, "debug", False):
+            raise
         print(f"lmsat analyse: {type(error).__name__}: {error}", file=sys.stderr)
         return 2
     if origin is not None:

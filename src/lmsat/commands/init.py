@@ -57,6 +57,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         output, text = write_config(args)
     except (InitError, ConfigError) as error:
+        if getattr(args, "debug", False):
+            raise
         print(f"lmsat init: {error}", file=sys.stderr)
         return 2
     print(text)
@@ -165,6 +167,16 @@ def build_config(args: argparse.Namespace) -> tuple[dict, dict]:
             name = path_name(f"{folder.parent.name}-{name}")
         names.add(name)
         found = rundir.discover(folder, glob, rundir.DEFAULT_STEP_REGEX).revisions
+        conflicts = rundir.step_conflicts(folder, found)
+        if conflicts:  # which step is right is the user's to say, not a guess of init's
+            listed = "; ".join(f"{folder / n}: step {s} by its name, global_step {g} in its trainer_state.json"
+                               for n, s, g in conflicts)
+            raise InitError(
+                f"checkpoints whose name and trainer state disagree on the training step ({listed}). Fix: if the "
+                "trainer state is right, rename the folder after its global_step (checkpoint-<global_step>); if the "
+                "name is right (a trainer_state.json copied from another checkpoint), put that checkpoint's own "
+                "trainer_state.json there, or remove it and give --tokens-per-step"
+            )
         last = folder / found[-1][0]
         count, how = tokens_per_step(folder, glob, args.tokens_per_step, f"suites.{suite}.tokens_per_step")
         per_step.add(count)
@@ -219,13 +231,13 @@ def scaling_section(config: dict) -> dict:
     sizes or more (B = E = 0: the published B, beta, E describe web text and 1e9+ tokens,
     not this run), else no Fig. 1b."""
     plan = load_plan(dict(config, scaling=dict(enabled=False)), SCHEMA)
-    from lmsat.scaling import count_parameters
+    from lmsat.scaling import config_parameter_counts
 
     sizes = {}
     for name, model in plan.models.items():
-        model_config = rundir.read_config(Path(model.id) / model.final_revision)
-        if model_config.get("model_type") == "gpt_neox":
-            sizes[name] = count_parameters(model_config, "non_embedding")
+        counts = config_parameter_counts(rundir.read_config(Path(model.id) / model.final_revision))
+        if counts:  # every family lmsat.adapters knows
+            sizes[name] = counts["non_embedding"]
     if len(set(sizes.values())) < 2 or len(sizes) < len(plan.models):
         return dict(enabled=False)
     return dict(enabled=True, params="non_embedding", min_params=min(sizes.values()), fit_on="final", B=0.0, E=0.0)

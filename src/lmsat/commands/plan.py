@@ -28,6 +28,7 @@ are counted at their runtime limits, as an upper bound, until measured.
 
 from __future__ import annotations
 
+import argparse
 import math
 import os
 import re
@@ -328,13 +329,31 @@ def render(plan: Estimate) -> str:
     return "\n".join(lines)
 
 
+class PlanError(Exception):
+    """A bad argument of `lmsat plan`, or a plan Snakemake cannot make; names the fix."""
+
+
+def positive(kind):
+    """An argparse type: a number of `kind` (int, float) above 0, else the argument's error and fix."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"{text} is not positive; fix: give a number above 0 (the count or size "
+                                             "of what the run really has)")
+        return value
+    return parse
+
+
 def add_arguments(parser) -> None:
     parser.add_argument("--configfile", help="the run's config (default: config/config.yaml)")
     parser.add_argument("--profile", help="the Snakemake profile the run will use (its resources shape the DAG)")
     parser.add_argument("--directory", type=Path, default=Path.cwd(),
                         help="where the run is (jobs done there are not planned; its benchmarks/out/<run>/ times are used)")
-    parser.add_argument("--gpus", type=int, default=8, help="GPUs reading checkpoints at once (peak disk; default 8)")
-    parser.add_argument("--disk-mb", type=float, help="the run's --resources disk_mb (checkpoints being fetched at once)")
+    parser.add_argument("--gpus", type=positive(int), default=8, help="GPUs reading checkpoints at once (peak disk; default 8)")
+    parser.add_argument("--disk-mb", type=positive(float), help="the run's --resources disk_mb (checkpoints being fetched at once)")
 
 
 def load(configfile: str | None):
@@ -347,7 +366,23 @@ def load(configfile: str | None):
 
 
 def run(args) -> int:
-    plan = load(args.configfile)
-    jobs = dry_run(args.configfile, args.profile, args.directory)
+    from lmsat.errors import ConfigError
+
+    try:
+        if args.configfile and not Path(args.configfile).is_file():
+            raise PlanError(f"--configfile {args.configfile}: no such file. Fix: give the path of the run's config "
+                            "(e.g. config/pythia.yaml), or leave --configfile out for config/config.yaml")
+        plan = load(args.configfile)
+        try:
+            jobs = dry_run(args.configfile, args.profile, args.directory)
+        except RuntimeError as error:
+            raise PlanError(str(error)) from error
+    except (PlanError, ConfigError) as error:
+        if getattr(args, "debug", False):
+            raise
+        print(f"lmsat plan: {type(error).__name__}: {error}", file=sys.stderr)
+        return 2
     print(render(estimate(jobs, plan, args.directory, args.gpus, args.disk_mb)))
+    for note in plan.notes:
+        print(f"note: {note}")
     return 0
