@@ -194,7 +194,9 @@ def verdict_line(row) -> str:
     if row["best_step"] == row["final_step"]:  # no rise to report, never a rise of 0 as a finding
         return f"{head}; the final checkpoint (step {int(row['final_step'])}) is the best"
     level = round(100 * (1 - 2 * row["alpha"]))
-    p_value = f"p = {row['p_value']:.3g}" if row["p_value"] > 0 else f"p < {1 / NULL_DRAWS:.0e}"  # Monte Carlo
+    # No Monte Carlo draw as large: p is (0 + 1) / (draws + 1), a bound, not an estimate
+    floor = 1 / (NULL_DRAWS + 1)
+    p_value = f"p = {row['p_value']:.3g}" if row["p_value"] > floor * 1.5 else f"p <= {floor:.0e}"  # Monte Carlo
     return (f"{head}; best step {int(row['best_step'])}, final step {int(row['final_step'])}; rise of "
             f"log-perplexity {row['rise']:.3f} (ppl x{math.exp(row['rise']):.2f}), {level}% interval "
             f"[{row['rise_low']:.3f}, {row['rise_high']:.3f}], {p_value}")
