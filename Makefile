@@ -5,6 +5,8 @@
 VENV ?= .venv
 PYTHON := $(VENV)/bin/python
 CORES ?= 2
+# `make test`: test files spread over this many pytest-xdist workers (0: one process)
+TEST_WORKERS ?= 2
 # The exact versions CI tested (pip constraints, Python 3.11); `make LOCK=` installs from
 # pyproject's ranges instead (another Python, another torch).
 LOCK ?= envs/lock.txt
@@ -29,7 +31,7 @@ run: $(VENV)/.installed
 	$(VENV)/bin/snakemake --profile profiles/local --cores $(CORES)
 
 test: $(VENV)/.installed
-	$(PYTHON) -m pytest -q
+	$(PYTHON) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/snakemake --lint

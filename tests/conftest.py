@@ -28,6 +28,20 @@ def default_config() -> dict:
     return dict(copy.deepcopy(load_yaml(ROOT / "config" / "config.yaml")), run="default")
 
 
+# The slowest files first. `make test` runs the files on two pytest-xdist workers, a file
+# per worker (`--dist loadfile`: a file's session fixtures, such as the default run, are made
+# once), taking them in collection order: a long file collected last would run alone at the
+# end. Stable sort: the other files, and the tests within a file, keep their order.
+SLOWEST_FILES = ("test_workflow.py", "test_slurm.py", "test_faults.py", "test_own_run.py", "test_callbacks.py",
+                 "test_bottleneck_workflow.py", "test_saturation_workflow.py", "test_degeneration_workflow.py",
+                 "test_runs.py", "test_published_run.py", "test_verdict.py", "test_module.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(SLOWEST_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
 @pytest.fixture(scope="session")
 def default_run(tmp_path_factory) -> tuple[Path, float]:
     """(working directory, seconds) of one run of the whole default pipeline (config/config.yaml,
