@@ -143,7 +143,7 @@ def small_toy_config(models=("toy-d16", "toy-d32"), n_seq=256, chunk=2) -> dict:
     # batch 1, `chunk` sequences per chunk: many chunks, so an extraction can be caught mid-way
     config["extraction"].update(batch_size=1, chunk_sequences=chunk, layer_sample=256)
     config.setdefault("scaling", {})["min_params"] = 1  # both tiny models enter a fit
-    if len(models) < 2:  # one size: no Fig. 1b fit (planning refuses a fit it cannot make)
+    if len(models) < 2:  # one size: no Fig. 1b fit (planning would leave it out, with a note)
         config["scaling"]["enabled"] = False
     # later stages, small (they run once the workflow's final outputs include them)
     if "evaluation" in config:

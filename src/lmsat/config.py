@@ -756,7 +756,7 @@ def load_plan(config: dict, schema: str | Path | dict, default_run: str = "defau
     notes = _drop_sections_without_their_metrics(config)
     _check_references(config, models)
     _check_sections(config, models)
-    check_scaling_plan(config, models)
+    notes += check_scaling_plan(config, models)
     trained = models
     if config is not whole:  # the selected models with all their revisions
         unselected = copy.deepcopy(whole)
@@ -1024,13 +1024,16 @@ def _fill_architecture(model: dict, key: str, directories: list[Path]) -> None:
                           "set hidden_size")
 
 
-def check_scaling_plan(config: dict, models: dict[str, ModelEntry]) -> None:
+def check_scaling_plan(config: dict, models: dict[str, ModelEntry]) -> list[str]:
     """The Fig. 1b fit needs two model sizes with N >= scaling.min_params: decided at
-    planning where the sizes are known (n_params, or a local GPT-NeoX checkpoint's config).
-    A slice (select.models) is left alone: it is cut for its targets, not for the fit."""
+    planning where the sizes are known (n_params, or a local checkpoint's config.json of any
+    family lmsat.adapters knows). A plan that cannot make the fit does not plan it (Fig. 1b,
+    its tables and the shortfall): the metric tables of a one-size run are not refused for
+    it. The note names every model with its size and the fixes (-> the plan's notes). A slice
+    (select.models) is left alone: it is cut for its targets, not for the fit."""
     scaling = config["scaling"]
     if not scaling["enabled"] or scaling["A"] is not None or config["select"]["models"]:
-        return
+        return []
     names = scaling["models"] or list(models)
     sizes, unknown = {}, []
     for name in names:
@@ -1042,16 +1045,15 @@ def check_scaling_plan(config: dict, models: dict[str, ModelEntry]) -> None:
     threshold = scaling["min_params"]
     above = {n for n in sizes.values() if n >= threshold}
     if len(above) + len(unknown) >= 2:
-        return
+        return []
     listed = ", ".join([f"{name} {n:.4g}" for name, n in sizes.items()] + [f"{name} unknown" for name in unknown])
     distinct = sorted(set(sizes.values()), reverse=True)
-    fix = f"lower scaling.min_params to at most {distinct[1]:.4g}, " if len(distinct) >= 2 else ""
-    raise ConfigError(
-        "scaling.min_params",
-        f"the Fig. 1b fit of A and alpha needs two model sizes with N ({scaling['params']}) >= min_params="
-        f"{threshold:.4g}, but {len(above)} of this plan's sizes reach it ({listed})",
-        fix + "set scaling.A and scaling.alpha (a published law, no fit), or scaling.enabled: false (no Fig. 1b)",
-    )
+    fix = f"lower scaling.min_params to at most {distinct[1]:.4g}, " if len(distinct) >= 2 else "add a model size, "
+    config["scaling"] = dict(scaling, enabled=False)
+    return [f"the Fig. 1b scaling fit (tables scaling_fit, scaling_shortfall) is not planned: the fit of A and alpha "
+            f"needs two model sizes with N ({scaling['params']}) >= scaling.min_params={threshold:.4g}, but "
+            f"{len(above)} of this plan's sizes reach it ({listed}). To plan it: " + fix
+            + "or set scaling.A and scaling.alpha (a published law, no fit); scaling.enabled: false silences this note"]
 
 
 def _local_parameter_count(model: ModelEntry, kind: str) -> int:
