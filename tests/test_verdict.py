@@ -200,6 +200,26 @@ def test_the_table_of_a_real_run_whose_final_is_its_best_says_no_evidence(real_r
         assert row["final_loss"] == pytest.approx(sequence_means(cache["loss"][...]).mean(), rel=1e-12)
 
 
+def test_the_verdict_table_is_written_with_each_models_source(real_run, tmp_path):
+    """As rule tabulate_metric writes it: with provenance, a row per model (no revision column),
+    whose row_lmsat_source is the source of the code that made its checkpoints' records."""
+    from lmsat.integrity import RECORD_FIELD
+    from lmsat.io import read_json, write_json
+    from lmsat.tables import read_table, write_csv
+
+    _, records = real_run
+    sourced = []
+    for i, path in enumerate(records):  # as the loss jobs record them: two versions of the code
+        record = dict(read_json(path), lmsat_source="a" * 64 if i < 2 else "b" * 64)
+        copy = tmp_path / "metrics" / "loss" / record["model"] / path.name  # where the loss job writes it
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        write_json(copy, {k: v for k, v in record.items() if k != RECORD_FIELD})
+        sourced.append(copy)
+    write_csv(verdicts_from_records(sourced, {}, None), tmp_path / "saturation_verdicts.csv", "0" * 64, sourced)
+    table = read_table(tmp_path / "saturation_verdicts.csv")
+    assert list(table["row_lmsat_source"]) == ["a" * 64 + ";" + "b" * 64] and table.iloc[0]["verdict"] == NO_EVIDENCE
+
+
 def test_a_user_run_with_one_checkpoint_gets_too_few_checkpoints(real_run):
     _, records = real_run
     table = verdicts_from_records(records[-1:], {}, None)

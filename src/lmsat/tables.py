@@ -346,13 +346,20 @@ def with_provenance(table: pd.DataFrame, config_sha256: str, inputs=()) -> pd.Da
         table[f"{name}_version"] = version
     if inputs:
         made_by = {(model, revision): source for model, revision, source in map(recorded_source, inputs)}
-        table["row_lmsat_source"] = [made_by.get(key, "") for key in zip(table["model"], table["revision"])]
-        stale = table.loc[table["row_lmsat_source"] != source_sha256(), ["model", "revision"]].drop_duplicates()
+        if "revision" in table:
+            table["row_lmsat_source"] = [made_by.get(key, "") for key in zip(table["model"], table["revision"])]
+        else:  # a row per model (saturation_verdicts): the sources of all its checkpoints, ";"-joined if several
+            of_model: dict[str, set[str]] = {}
+            for (model, _), source in made_by.items():
+                of_model.setdefault(model, set()).add(source)
+            table["row_lmsat_source"] = [";".join(sorted(of_model.get(model, {""}))) for model in table["model"]]
+        keys = [column for column in ("model", "revision") if column in table]
+        stale = table.loc[table["row_lmsat_source"] != source_sha256(), keys].drop_duplicates()
         if len(stale):
             log.warning(
                 "%d checkpoints were computed by other lmsat code than this table's (column row_lmsat_source); "
                 "rerun them with --forcerun if the library change matters: %s",
-                len(stale), ", ".join(f"{m}@{r}" for m, r in stale.itertuples(index=False)),
+                len(stale), ", ".join("@".join(map(str, key)) for key in stale.itertuples(index=False)),
             )
     return table
 
