@@ -303,3 +303,44 @@ def test_every_n_steps_evaluates_between_saves_and_a_resumed_run_keeps_the_earli
     assert sorted(again.history) == [2, 4, 6] and again.verdict.checkpoints == 3
     verdicts = read_table(tmp_path / "out" / "lmsat" / "tables" / "saturation_verdicts.csv")
     assert verdicts["final_step"].tolist() == [6] and verdicts["verdict"].iloc[0] in ("saturates", "no evidence")
+
+
+def degrading(after: int, scale: float):
+    """A TrainerCallback that, after `after` steps, adds noise to the LM head at every step
+    (a fixed generator): the eval loss then rises, as a run that saturates does, for real."""
+    import torch
+    from transformers import TrainerCallback
+
+    generator = torch.Generator().manual_seed(1)
+
+    class Degrade(TrainerCallback):
+        def on_step_end(self, args, state, control, model=None, **kwargs):
+            if state.global_step > after:
+                head = model.get_output_embeddings().weight
+                with torch.no_grad():
+                    head.add_(scale * torch.randn(head.shape, generator=generator))
+
+    return Degrade()
+
+
+@slow
+def test_a_rising_loss_warns_once_and_stops_training_only_when_asked(assets, tmp_path):
+    """A real run whose head is degraded after step 6: the verdict turns to `saturates`, the
+    callback warns once and goes on; with stop_on_saturation=True, training stops there."""
+    from lmsat.callbacks import SaturationCallback
+
+    for stop in (False, True):
+        callback = SaturationCallback(text=assets["eval"], n_tokens=640, every_n_steps=2, stop_on_saturation=stop)
+        trainer = trainer_of(tmp_path / f"out-{stop}", assets["text"], assets["tokenizer"], [degrading(6, 0.3), callback],
+                             max_steps=20, save_steps=20)
+        with pytest.warns(UserWarning, match=r"saturates: at step \d+ .* above the best") as caught:
+            trainer.train()
+        warned = [w for w in caught if "saturates" in str(w.message)]
+        assert len(warned) == 1, [str(w.message) for w in warned]
+        saturated = [h["step"] for h in trainer.state.log_history if h.get("lmsat/saturates") == 1.0]
+        assert saturated and callback.verdict.verdict == "saturates" and callback.verdict.best_step <= 8
+        if stop:  # stopped at the first evaluation that said so
+            assert trainer.state.global_step == saturated[0] < 20
+            assert "stop_on_saturation=True" in str(warned[0].message) and "no further" in str(warned[0].message)
+        else:  # warned once, trained to the end
+            assert trainer.state.global_step == 20 and saturated[-1] == 20

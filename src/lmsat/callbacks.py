@@ -50,7 +50,6 @@ log = logging.getLogger(__name__)
 
 DEFAULT_METRICS = ("loss", "anisotropy", "effective_rank", "spectra")  # analyse's, but the attention grid
 LOG_PREFIX = "lmsat/"
-VERDICT_COLUMNS = ("model",)  # then the fields of lmsat.verdict.Verdict, in order
 
 
 @dataclass
