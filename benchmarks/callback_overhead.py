@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -171,6 +172,8 @@ def main() -> None:
     parser.add_argument("--context", type=int, help=f"max_position_embeddings (default {REALISTIC['context']})")
     parser.add_argument("--width", type=int, default=64)
     parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--watched-first", action="store_true",
+                        help="start the watched run first (a ratio that moves with the order is the machine's noise)")
     parser.add_argument("--profile", action="store_true", help="cProfile the evaluations; print the top entries")
     parser.add_argument("--keep", type=Path, help="keep the runs here (default: a temporary directory)")
     parser.add_argument("--worker", choices=("plain", "watched"), help=argparse.SUPPRESS)
@@ -190,10 +193,14 @@ def main() -> None:
         write_text(scratch / "eval.txt", 40000, seed=1)  # enough text for a 50k-token sample
         forwarded = [str(v) for key in ("planned_steps", "intervals", "batch", "seq", "width", "layers", "context")
                      for v in (f"--{key.replace('_', '-')}", getattr(args, key))] + (["--profile"] if args.profile else [])
-        logs = {kind: open(scratch / f"{kind}.log", "w") for kind in ("plain", "watched")}
+        order = ("watched", "plain") if args.watched_first else ("plain", "watched")
+        logs = {kind: open(scratch / f"{kind}.log", "w") for kind in order}
+        # one thread each, numpy's BLAS too (the metrics' SVDs would take the other run's core) and the tokenizers'
+        one = {**os.environ, **{k: "1" for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+                                                 "RAYON_NUM_THREADS")}, "TOKENIZERS_PARALLELISM": "false"}
         runs = {kind: subprocess.Popen([sys.executable, __file__, *forwarded, "--worker", kind, "--scratch", str(scratch)],
-                                       stdout=subprocess.PIPE, stderr=logs[kind], text=True)
-                for kind in ("plain", "watched")}  # at once: both see the same load
+                                       stdout=subprocess.PIPE, stderr=logs[kind], text=True, env=one)
+                for kind in order}  # at once: both see the same load
         results = {}
         for kind, process in runs.items():
             out, _ = process.communicate()
@@ -209,6 +216,11 @@ def main() -> None:
             print("cProfile of the evaluations (cumulative seconds, top 25):")
             pstats.Stats(str(scratch / "evaluate.pstats")).sort_stats("cumulative").print_stats(25)
     report(args, results["plain"], results["watched"])
+
+
+def listed(values, form="{:.1f}", most=8) -> str:
+    shown = ", ".join(form.format(v) for v in values[:most])
+    return shown + (f", ... ({len(values)} in all)" if len(values) > most else "")
 
 
 def interval_seconds(run: dict) -> list[float]:
@@ -232,17 +244,17 @@ def report(args, plain: dict, watched: dict) -> None:
     print(f"timed: {len(t_plain)} whole save intervals (steps {steps[0]}-{steps[-1]}, after one warm-up interval), "
           f"{save_every * per_step:,} tokens trained per interval; eval sample (the default): "
           f"{watched['sample'][0]} x {watched['sample'][1]} tokens")
-    print(f"plain    {statistics.mean(t_plain):8.2f} s per interval ({', '.join(f'{t:.1f}' for t in t_plain)})")
-    print(f"watched  {statistics.mean(t_watched):8.2f} s per interval ({', '.join(f'{t:.1f}' for t in t_watched)})")
-    print(f"evaluation {t_eval:6.2f} s each (timed intervals; all {len(watched['eval_seconds'])}: "
-          f"{', '.join(f'{t:.1f}' for t in watched['eval_seconds'][:8])}{' ...' if len(watched['eval_seconds']) > 8 else ''})")
+    print(f"plain    {statistics.mean(t_plain):8.2f} s per interval ({listed(t_plain)})")
+    print(f"watched  {statistics.mean(t_watched):8.2f} s per interval ({listed(t_watched)})")
+    print(f"evaluation {t_eval:6.2f} s each in the timed intervals (every evaluation, warm-up first: "
+          f"{listed(watched['eval_seconds'])})")
     print(f"ratio watched / plain: measured {measured:.3f}, model 1 + t_eval / t_interval {predicted:.3f} "
           f"(goal <= 1.03)")
     # the watched run's training alone against the plain run's: 1 on a quiet machine; its distance from 1 is the
     # side-by-side comparison's noise, the measured ratio's minus the model's
     trained = (sum(t_watched) - sum(timed_evals)) / sum(t_plain)
     print(f"noise: the watched run's training alone (intervals less evaluations) / plain {trained:.3f}; "
-          f"per-interval ratios {', '.join(f'{w / p:.3f}' for w, p in zip(t_watched, t_plain))}")
+          f"per-interval ratios {listed([w / p for w, p in zip(t_watched, t_plain)], '{:.3f}')}")
 
 
 if __name__ == "__main__":
