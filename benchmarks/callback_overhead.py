@@ -3,9 +3,10 @@
     python benchmarks/callback_overhead.py                  # realistic: 16,384-token steps, a save every 50
     python benchmarks/callback_overhead.py --tiny           # the worst case: 1,024-token steps, a save every 2
     python benchmarks/callback_overhead.py --intervals 5 --width 128 --profile
+    python benchmarks/callback_overhead.py --control        # A/A: both runs plain, the noise alone
 
 Trains the same GPT-NeoX (seed 0, real transformers.Trainer, CPU) twice AT ONCE, each in its
-own process with one thread: without the callback and with it (default options, so the
+own process with one thread (torch's, numpy's BLAS and the tokenizers'): without the callback and with it (default options, so the
 default sample of `lmsat analyse --text`: 50,000 tokens, sequences capped at the model's
 context). Both runs plan --planned-steps steps (the LR schedule is the planned run's) and
 save a checkpoint every 1% of them; both stop after --intervals + 1 save intervals (a
@@ -26,7 +27,9 @@ the truth lies within the noise of it.
 The ratio is a property of the run, not of the callback alone: one evaluation forwards the
 whole sample (plus the cache write, the metrics and the files), so a run whose save interval
 trains few tokens next to the sample pays more (--tiny: 2,048 tokens per interval), a run
-whose interval trains many pays less. --profile writes a cProfile of the evaluations and
+whose interval trains many pays less. With --tiny the plain run ends long before the
+watched one, whose later intervals then run alone: its ratio is an order of magnitude, not
+a side-by-side measurement. --profile writes a cProfile of the evaluations and
 prints its top entries.
 """
 
@@ -116,7 +119,7 @@ def worker(args) -> None:
             self.saves.append((state.global_step, time.perf_counter() - self.start))
 
     callbacks, spent = [], []
-    if args.worker == "watched":
+    if args.worker == "watched" and not args.control:
         from lmsat.callbacks import SaturationCallback
 
         watcher = SaturationCallback(text=scratch / "eval.txt")  # default options: the default sample
@@ -151,9 +154,9 @@ def worker(args) -> None:
     tick = time.perf_counter()
     trainer.train()
     wall = time.perf_counter() - tick
-    if args.worker == "watched" and args.profile:
+    if spent and args.profile:
         profile.dump_stats(scratch / "evaluate.pstats")
-    shape = list(callbacks[0].sample.tokens.shape) if args.worker == "watched" else None
+    shape = list(callbacks[0].sample.tokens.shape) if spent else None
     print(json.dumps({"wall": wall, "saves": clock.saves, "eval_seconds": spent, "save_every": save_every,
                       "tokens_per_step": args.batch * args.seq, "sample": shape}))
 
@@ -174,6 +177,8 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--watched-first", action="store_true",
                         help="start the watched run first (a ratio that moves with the order is the machine's noise)")
+    parser.add_argument("--control", action="store_true",
+                        help="an A/A run: the second run is plain too, so the ratio printed is the comparison's noise")
     parser.add_argument("--profile", action="store_true", help="cProfile the evaluations; print the top entries")
     parser.add_argument("--keep", type=Path, help="keep the runs here (default: a temporary directory)")
     parser.add_argument("--worker", choices=("plain", "watched"), help=argparse.SUPPRESS)
@@ -192,7 +197,8 @@ def main() -> None:
         write_text(scratch / "train.txt", 20000, seed=0)
         write_text(scratch / "eval.txt", 40000, seed=1)  # enough text for a 50k-token sample
         forwarded = [str(v) for key in ("planned_steps", "intervals", "batch", "seq", "width", "layers", "context")
-                     for v in (f"--{key.replace('_', '-')}", getattr(args, key))] + (["--profile"] if args.profile else [])
+                     for v in (f"--{key.replace('_', '-')}", getattr(args, key))]
+        forwarded += [flag for flag, on in (("--profile", args.profile), ("--control", args.control)) if on]
         order = ("watched", "plain") if args.watched_first else ("plain", "watched")
         logs = {kind: open(scratch / f"{kind}.log", "w") for kind in order}
         # one thread each, numpy's BLAS too (the metrics' SVDs would take the other run's core) and the tokenizers'
@@ -210,7 +216,7 @@ def main() -> None:
                 raise SystemExit(f"the {kind} run failed (rc {process.returncode}):\n" + "\n".join(tail)
                                  + "\n(--keep DIR keeps its whole log, DIR/" + f"{kind}.log)")
             results[kind] = json.loads(out.strip().splitlines()[-1])
-        if args.profile:
+        if args.profile and not args.control:
             import pstats
 
             print("cProfile of the evaluations (cumulative seconds, top 25):")
@@ -236,19 +242,22 @@ def report(args, plain: dict, watched: dict) -> None:
         raise SystemExit(f"the runs saved at different steps ({steps} vs {[s for s, _ in watched['saves']]})")
     t_plain, t_watched = interval_seconds(plain), interval_seconds(watched)
     timed_evals = watched["eval_seconds"][1:]  # those inside the timed intervals
-    t_eval = statistics.mean(timed_evals)
+    t_eval = statistics.mean(timed_evals) if timed_evals else 0.0  # 0: --control
     measured = sum(t_watched) / sum(t_plain)
     predicted = 1 + t_eval / statistics.mean(t_plain)
     print(f"planned run: {args.planned_steps} steps of {args.batch} x {args.seq} = {per_step:,} tokens "
           f"(d={args.width}, {args.layers} layers, context {args.context}), a save every {save_every} steps (1%)")
     print(f"timed: {len(t_plain)} whole save intervals (steps {steps[0]}-{steps[-1]}, after one warm-up interval), "
-          f"{save_every * per_step:,} tokens trained per interval; eval sample (the default): "
-          f"{watched['sample'][0]} x {watched['sample'][1]} tokens")
+          f"{save_every * per_step:,} tokens trained per interval; "
+          + (f"eval sample (the default): {watched['sample'][0]} x {watched['sample'][1]} tokens" if watched["sample"]
+             else "--control: no callback in either run"))
     print(f"plain    {statistics.mean(t_plain):8.2f} s per interval ({listed(t_plain)})")
-    print(f"watched  {statistics.mean(t_watched):8.2f} s per interval ({listed(t_watched)})")
-    print(f"evaluation {t_eval:6.2f} s each in the timed intervals (every evaluation, warm-up first: "
-          f"{listed(watched['eval_seconds'])})")
-    print(f"ratio watched / plain: measured {measured:.3f}, model 1 + t_eval / t_interval {predicted:.3f} "
+    second = "plain B " if args.control else "watched "
+    print(f"{second} {statistics.mean(t_watched):8.2f} s per interval ({listed(t_watched)})")
+    if timed_evals:
+        print(f"evaluation {t_eval:6.2f} s each in the timed intervals (every evaluation, warm-up first: "
+              f"{listed(watched['eval_seconds'])})")
+    print(f"ratio {second.strip()} / plain: measured {measured:.3f}, model 1 + t_eval / t_interval {predicted:.3f} "
           f"(goal <= 1.03)")
     # the watched run's training alone against the plain run's: 1 on a quiet machine; its distance from 1 is the
     # side-by-side comparison's noise, the measured ratio's minus the model's

@@ -303,3 +303,28 @@ def test_every_n_steps_evaluates_between_saves_and_a_resumed_run_keeps_the_earli
     assert sorted(again.history) == [2, 4, 6] and again.verdict.checkpoints == 3
     verdicts = read_table(tmp_path / "out" / "lmsat" / "tables" / "saturation_verdicts.csv")
     assert verdicts["final_step"].tolist() == [6] and verdicts["verdict"].iloc[0] in ("saturates", "no evidence")
+
+
+def test_monitor_s_scratch_cache_in_memory_or_on_disk_gives_the_same_record(assets, tmp_path, monkeypatch):
+    import torch
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+    from lmsat import callbacks
+    from lmsat.cache import ExtractionSettings
+
+    own = sample_of(assets, assets["base"] / "tokenizer", "own3.h5", n_tokens=640, seq_len=64)
+    torch.manual_seed(0)
+    model = GPTNeoXForCausalLM(GPTNeoXConfig(vocab_size=len(assets["tokenizer"]) + 4, hidden_size=16, num_hidden_layers=2,
+                                             num_attention_heads=2, intermediate_size=32, max_position_embeddings=64))
+    settings = ExtractionSettings(layer_sample=64)
+    memory = tmp_path / "memory"
+    memory.mkdir()
+    monkeypatch.setattr(callbacks, "MEMORY_DIR", str(memory))
+    assert callbacks.scratch_dir(model, callbacks.load_sample(own).tokens.size, settings) == str(memory)
+    in_memory = callbacks.monitor(model, own, tokenizer_dir=assets["base"] / "tokenizer")
+    monkeypatch.setattr(callbacks, "MEMORY_DIR", str(tmp_path / "absent"))  # no such folder: the system's temporary one
+    assert callbacks.scratch_dir(model, callbacks.load_sample(own).tokens.size, settings) is None
+    on_disk = callbacks.monitor(model, own, tokenizer_dir=assets["base"] / "tokenizer")
+    assert list(memory.iterdir()) == []  # the scratch cache is gone after the metrics are read
+    assert callbacks.scalars(in_memory) == pytest.approx(callbacks.scalars(on_disk), rel=1e-12)
+    assert np.allclose(in_memory["sequence_losses"], on_disk["sequence_losses"], rtol=1e-12)

@@ -264,7 +264,8 @@ def scratch_dir(model, n_tokens: int, settings) -> str | None:
     nothing. The same bytes either way, so the same numbers."""
     if not (os.path.isdir(MEMORY_DIR) and os.access(MEMORY_DIR, os.W_OK)):
         return None
-    head = model.get_output_embeddings() or model.get_input_embeddings()
+    head = model.get_output_embeddings()
+    head = model.get_input_embeddings() if head is None else head
     width = int(head.weight.shape[1])
     config = model.config
     layers = getattr(config, "num_hidden_layers", None) or getattr(config, "n_layer", None) or 64
