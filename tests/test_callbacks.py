@@ -344,3 +344,28 @@ def test_a_rising_loss_warns_once_and_stops_training_only_when_asked(assets, tmp
             assert "stop_on_saturation=True" in str(warned[0].message) and "no further" in str(warned[0].message)
         else:  # warned once, trained to the end
             assert trainer.state.global_step == 20 and saturated[-1] == 20
+
+
+def test_monitor_s_scratch_cache_in_memory_or_on_disk_gives_the_same_record(assets, tmp_path, monkeypatch):
+    import torch
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+    from lmsat import callbacks
+    from lmsat.cache import ExtractionSettings
+
+    own = sample_of(assets, assets["base"] / "tokenizer", "own3.h5", n_tokens=640, seq_len=64)
+    torch.manual_seed(0)
+    model = GPTNeoXForCausalLM(GPTNeoXConfig(vocab_size=len(assets["tokenizer"]) + 4, hidden_size=16, num_hidden_layers=2,
+                                             num_attention_heads=2, intermediate_size=32, max_position_embeddings=64))
+    settings = ExtractionSettings(layer_sample=64)
+    memory = tmp_path / "memory"
+    memory.mkdir()
+    monkeypatch.setattr(callbacks, "MEMORY_DIR", str(memory))
+    assert callbacks.scratch_dir(model, callbacks.load_sample(own).tokens.size, settings) == str(memory)
+    in_memory = callbacks.monitor(model, own, tokenizer_dir=assets["base"] / "tokenizer")
+    monkeypatch.setattr(callbacks, "MEMORY_DIR", str(tmp_path / "absent"))  # no such folder: the system's temporary one
+    assert callbacks.scratch_dir(model, callbacks.load_sample(own).tokens.size, settings) is None
+    on_disk = callbacks.monitor(model, own, tokenizer_dir=assets["base"] / "tokenizer")
+    assert list(memory.iterdir()) == []  # the scratch cache is gone after the metrics are read
+    assert callbacks.scalars(in_memory) == pytest.approx(callbacks.scalars(on_disk), rel=1e-12)
+    assert np.allclose(in_memory["sequence_losses"], on_disk["sequence_losses"], rtol=1e-12)

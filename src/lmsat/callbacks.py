@@ -35,7 +35,9 @@ import hashlib
 import json
 import logging
 import math
+import os
 import random
+import shutil
 import tempfile
 import time
 import warnings
@@ -50,6 +52,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_METRICS = ("loss", "anisotropy", "effective_rank", "spectra")  # analyse's, but the attention grid
 LOG_PREFIX = "lmsat/"
+OWN_TABLES = ("saturation_verdicts",)  # the callback writes these itself, from its own verdict (its alpha)
 
 
 @dataclass
@@ -235,7 +238,8 @@ def monitor(model, sample, *, settings: dict | None = None, metrics=DEFAULT_METR
         forward_dtype = getattr(torch, extraction_settings.dtype)
         lm = model if parameter.dtype == forward_dtype else copy.deepcopy(model).to(dtype=forward_dtype)
         identity = dict(model=name, revision=revision, model_id="in-memory", sample_sha256=sample.attrs["sha256"])
-        with tempfile.TemporaryDirectory(prefix="lmsat-monitor-") as scratch:
+        with tempfile.TemporaryDirectory(prefix="lmsat-monitor-", dir=scratch_dir(model, sample.tokens.size,
+                                                                                extraction_settings)) as scratch:
             path = Path(scratch) / "cache.h5"
             extract_to_cache(lm, sample.tokens, path, identity=identity, settings=extraction_settings, device=str(device))
             del lm
@@ -246,6 +250,27 @@ def monitor(model, sample, *, settings: dict | None = None, metrics=DEFAULT_METR
                 sequence_losses = sequence_means(cache["loss"][...])
     ordered = {m: report[m] for m in metrics}
     return {**ordered, "sequence_losses": sequence_losses, "spectrum": spectrum}
+
+
+MEMORY_DIR = "/dev/shm"  # a RAM file system on Linux
+
+
+def scratch_dir(model, n_tokens: int, settings) -> str | None:
+    """Where `monitor` writes its temporary cache: MEMORY_DIR when it exists, is writable and
+    has room for twice the cache, else None (the system's temporary directory). The cache is
+    deleted once the metrics are read, so the per-chunk fsync that keeps the pipeline's
+    caches whole across a kill (lmsat.cache) protects nothing here; in memory it costs
+    nothing. The same bytes either way, so the same numbers."""
+    if not (os.path.isdir(MEMORY_DIR) and os.access(MEMORY_DIR, os.W_OK)):
+        return None
+    head = model.get_output_embeddings()
+    head = model.get_input_embeddings() if head is None else head
+    width = int(head.weight.shape[1])
+    config = model.config
+    layers = getattr(config, "num_hidden_layers", None) or getattr(config, "n_layer", None) or 64
+    item = np.dtype(settings.storage_dtype if settings.storage_dtype != "bfloat16" else "float16").itemsize
+    needed = (n_tokens + settings.layer_sample * (layers + 1)) * width * item + n_tokens * 4
+    return MEMORY_DIR if shutil.disk_usage(MEMORY_DIR).free > 2 * needed else None
 
 
 def as_sample(sample) -> Sample:
@@ -323,7 +348,8 @@ def metric_files(directory: Path, metric: str, model: str) -> list[Path]:
 def write_tables(directory: Path, metrics, model: str, config_sha256: str) -> dict:
     """Every table of `metrics` (lmsat.metrics registers them) from the files under
     `directory`, built by the registered builders and written by lmsat.tables.write_csv with
-    provenance, as rule tabulate_metric writes results/<run>/tables/<table>.csv. -> {name: frame}"""
+    provenance, as rule tabulate_metric writes results/<run>/tables/<table>.csv, but OWN_TABLES
+    (the callback writes its verdict itself). -> {name: frame}"""
     from lmsat.metrics import METRICS
     from lmsat.tables import write_csv
 
@@ -331,6 +357,8 @@ def write_tables(directory: Path, metrics, model: str, config_sha256: str) -> di
     for metric in metrics:
         files = metric_files(directory, metric, model)
         for name, table in METRICS[metric].tables.items():
+            if name in OWN_TABLES:
+                continue
             frame = table.build(files, {need: built[need] for need in table.needs}, [model])
             write_csv(frame, directory / "tables" / f"{name}.csv", config_sha256, files if table.row_provenance else ())
             built[name] = frame
@@ -476,7 +504,15 @@ class SaturationCallback(TrainerCallback):
         return None
 
     def write_tables(self) -> None:
+        """The registered tables, and the verdict's (saturation_verdicts.csv, OWN_TABLES)."""
+        from lmsat.tables import write_csv
+
         write_tables(self.directory, self.metrics, self.name, self.config_sha256)
+        if self.verdict is not None:
+            import pandas as pd
+
+            write_csv(pd.DataFrame([{"model": self.name, **self.verdict.as_row()}]),
+                      self.directory / "tables" / "saturation_verdicts.csv", self.config_sha256)
         self.tables_written = time.monotonic()
 
     def on_train_end(self, args, state, control, **kwargs):
@@ -513,7 +549,6 @@ class SaturationCallback(TrainerCallback):
         return int(round(flos / (6 * parameters) / step)) if parameters and flos else 0
 
     def evaluate(self, args, state, control, model, revision: str, checkpoint: Path | None) -> dict:
-        from lmsat.tables import write_csv
         from lmsat.verdict import SATURATES, verdict_from_paired
 
         step = int(state.global_step)
@@ -522,15 +557,11 @@ class SaturationCallback(TrainerCallback):
         identity = dict(suite=self.name, model=self.name, revision=revision, step=step,
                         tokens=step * self.tokens_per_step(state, model, checkpoint))
         write_evaluation(self.directory, record, identity, self.sample)
-        if time.monotonic() - self.tables_written >= self.tables_interval:
-            self.write_tables()
         self.history[step] = np.asarray(record["sequence_losses"])
         steps = sorted(self.history)
         self.verdict = verdict_from_paired(steps, np.stack([self.history[s] for s in steps]), alpha=self.alpha)
-        import pandas as pd
-
-        write_csv(pd.DataFrame([{"model": self.name, **self.verdict.as_row()}]),
-                  self.directory / "tables" / "saturation_verdicts.csv", self.config_sha256)
+        if time.monotonic() - self.tables_written >= self.tables_interval:
+            self.write_tables()  # with the verdict's table
         logged = scalars(record)
         logged[f"{LOG_PREFIX}saturates"] = float(self.verdict.verdict == SATURATES)
         logged.update({f"{LOG_PREFIX}{key}": float(getattr(self.verdict, key)) for key in VERDICT_LOGGED
