@@ -43,8 +43,9 @@ SMOLLM2_135M_TOKENS_PER_STEP = 64 * 8 * 1 * 2048  # dp x micro_batch_size x accu
 OLMO2_1B_TOKENS_PER_STEP = 512 * 4096  # OLMo2-1B-stage1.yaml: global_train_batch_size x max_sequence_length
 
 # Configs whose revisions are not a schedule: local-example discovers a user's run folder
-# (tests/test_rundir.py plans real ones).
-NOT_SCHEDULES = {"local-example"}
+# (tests/test_rundir.py plans real ones); published reads EleutherAI's published record, no
+# checkpoint (tests/test_published_run.py checks it against the packaged CSV).
+NOT_SCHEDULES = {"local-example", "published"}
 
 
 def plan(name, edit=None):
