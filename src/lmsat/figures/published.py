@@ -14,7 +14,9 @@ from lmsat.figures.registry import figure
 from lmsat.figures.saturation import LABEL_BOX, STYLES, law_curve, shortfall_labels
 from lmsat.figures.style import colours, in_table_order, log_axis, plt, save_figure
 
-PUBLISHED = "EleutherAI's published record (not this run's measurements)"
+# Short: the report's menu is as wide as its longest category. Every caption of the section
+# says that these are EleutherAI's measurements, not the run's.
+PUBLISHED = "Published record (EleutherAI)"
 SOURCE_NOTE = "EleutherAI's published lm-eval (< 0.4) results, zero-shot: LAMBADA last-word perplexity, not the Pile loss"
 
 
