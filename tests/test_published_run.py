@@ -149,8 +149,8 @@ def test_the_published_figures_are_legible():
 
 def test_the_default_run_plans_the_published_record_as_a_section_of_its_own(tmp_path):
     """`make run`'s config plans the published record (its one cheap job, both figures,
-    Table 1) beside the toy suite, under a report category that says whose measurements
-    they are."""
+    Table 1) beside the toy suite, under a report category of its own whose captions say
+    whose measurements they are."""
     from lmsat.figures import FIGURES
 
     (tmp_path / "config").mkdir()
@@ -162,5 +162,7 @@ def test_the_default_run_plans_the_published_record_as_a_section_of_its_own(tmp_
     assert result.returncode == 0, result.stderr[-3000:]
     planned = result.stdout + result.stderr
     assert "summarize_published" in planned and "train_toy_model" in planned
-    for stem in ("published_fig1a", "published_fig1b"):
-        assert "not this run's measurements" in FIGURES[stem].category
+    for stem in ("published_fig1a", "published_fig1b"):  # a section of their own, whose captions say whose data
+        assert FIGURES[stem].category == "Published record (EleutherAI)"
+        caption = (ROOT / "workflow" / "report" / f"{stem}.rst").read_text()
+        assert "EleutherAI's published record (not this run's measurements)" in caption
