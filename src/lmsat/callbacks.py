@@ -247,7 +247,9 @@ def monitor(model, sample, *, settings: dict | None = None, metrics=DEFAULT_METR
                 for metric in metrics:
                     if METRICS[metric].reads == "cache":
                         report[metric] = METRICS[metric].compute(cache)
-                sequence_losses = sequence_means(cache["loss"][...])
+                # the loss record holds them (the same float64 means); read the cache only without it
+                sequence_losses = (np.asarray(report["loss"]["sequence_loss"]) if "loss" in report
+                                   else sequence_means(cache["loss"][...]))
     ordered = {m: report[m] for m in metrics}
     return {**ordered, "sequence_losses": sequence_losses, "spectrum": spectrum}
 
