@@ -32,6 +32,7 @@ for _name in [n for n in sys.modules if n == "lmsat" or n.startswith("lmsat.")]:
     if LMSAT_SRC not in Path(_file).resolve().parents:
         del sys.modules[_name]
 
+import lmsat.warm as warm_interpreter
 from lmsat.bottleneck import head_ranks, head_train_fields, learning_rates, set_corpora
 from lmsat.config import (
     check_run_claim,
@@ -164,11 +165,25 @@ check_run_claim(
 
 
 # Recorded when the run starts executing (never by a dry run); as a module, lmsat leaves the
-# deploying workflow's own onstart handler in place and records nothing.
+# deploying workflow's own handlers in place, records nothing and starts no warm interpreter.
+# The warm interpreter (lmsat.warm) forks a local run's jobs from one process that has
+# imported torch, transformers and lm-eval; it ends with this Snakemake process.
 if workflow.modifier.is_main_snakefile():
 
     onstart:
         write_run_claim(f"results/{RUN}", RESULT_CONFIG, CONFIG_SOURCES)
+        warm_interpreter.start(
+            f"logs/{RUN}/warm_interpreter.log",
+            jobs=sum(1 for _ in workflow.dag.needrun_jobs()),
+            local=workflow.local_exec,
+            enabled=CONFIG["warm_start"],
+        )
+
+    onsuccess:
+        warm_interpreter.stop()
+
+    onerror:
+        warm_interpreter.stop()
 
 
 MODELS = PLAN.models

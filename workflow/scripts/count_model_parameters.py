@@ -8,6 +8,7 @@ local directory, or the final checkpoint fetched by rule fetch_checkpoint.
 
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
 import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
+import lmsat.warm_start  # noqa: F401 (then: a local run's warm interpreter takes the job, if it serves it)
 
 import logging
 import os

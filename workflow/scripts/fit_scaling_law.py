@@ -12,6 +12,7 @@ leaves at 0). Outputs (lmsat.tables.scaling_tables):
 
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
 import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
+import lmsat.warm_start  # noqa: F401 (then: a local run's warm interpreter takes the job, if it serves it)
 
 import logging
 

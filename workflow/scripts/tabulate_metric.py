@@ -3,6 +3,7 @@ per-checkpoint files and the tables it needs, written with its provenance."""
 
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
 import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
+import lmsat.warm_start  # noqa: F401 (then: a local run's warm interpreter takes the job, if it serves it)
 
 from lmsat.io import setup_logging
 from lmsat.metrics import METRICS

@@ -2,6 +2,7 @@
 
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
 import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
+import lmsat.warm_start  # noqa: F401 (then: a local run's warm interpreter takes the job, if it serves it)
 
 from pathlib import Path
 
