@@ -211,6 +211,12 @@ def _import(name: str) -> None:
     importlib.import_module(name)
 
 
+def _changes(before: dict, after: dict) -> dict:
+    """key -> new value (None: removed)."""
+    changed = {k: v for k, v in after.items() if before.get(k) != v}
+    return changed | {k: None for k in before if k not in after}
+
+
 def _environment_difference(job: dict, base: dict) -> list[str]:
     keys = (set(job) | set(base)) - IGNORED_VARIABLES - {SOCKET_VARIABLE}
     return sorted(k for k in keys if job.get(k) != base.get(k))
@@ -220,6 +226,7 @@ class _Server:
     def __init__(self, socket_path: str, parent: int, log_path: str):
         self.parent = parent
         self.log = open(log_path, "a", buffering=1)
+        _import("lmsat.offline")  # what a compute job's environment holds when it hands off
         self.base_env = dict(os.environ)
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.listener.bind(socket_path)
@@ -304,8 +311,14 @@ class _Server:
                 os.dup2(fd, target)
                 os.close(fd)
             os.chdir(request["cwd"])
+            imported_env = _changes(self.base_env, dict(os.environ))  # what the imports set
             os.environ.clear()
             os.environ.update(request["env"])
+            for key, value in imported_env.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
             tempfile.tempdir = None
             sys.argv = list(request["argv"])
             sys.path[:] = request["path"]
