@@ -59,6 +59,8 @@ LAYERS = {
     "lmsat.offline": LEAF,
     "lmsat.lazy": LEAF,
     "lmsat.tasks": LEAF,
+    "lmsat.warm": LEAF,
+    "lmsat.warm_start": LEAF,
     # 1 data access: files, caches, the hub
     "lmsat.hub": DATA,
     "lmsat.checkpoints": DATA,

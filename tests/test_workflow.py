@@ -201,6 +201,21 @@ def test_report_summary_reads_at_1400_px(default_report, tmp_path):
     assert png_size(screenshot(report, tmp_path / "landing.png")) == WINDOW
 
 
+def test_the_default_run_forks_its_jobs_from_the_warm_interpreter(default_run):
+    """Issue 35: every job of the default run (each writes its own log) ran in a process
+    forked from the run's warm interpreter (lmsat.warm), none declined, each ended with exit
+    0, and the warm interpreter stopped with the run. Its results are the recorded ones
+    (test_tables_match_the_recorded_default_run)."""
+    workdir, _ = default_run
+    lines = (workdir / "logs" / "default" / "warm_interpreter.log").read_text().splitlines()
+    job_logs = [p for p in (workdir / "logs" / "default").rglob("*.log") if p.name != "warm_interpreter.log"]
+    served = [line for line in lines if ": exit " in line]
+    assert len(served) == len(job_logs) > 200
+    assert all(": exit 0," in line for line in served)
+    assert not [line for line in lines if "declined" in line or "left " in line]
+    assert "stopping (asked)" in lines[-1]
+
+
 def test_tables_match_the_recorded_default_run(default_run):
     """Every table of the default run as recorded in tests/data/default_tables/ (CSV) comes
     out again: same columns, rows and order; keys, names and integers equal; each float

@@ -218,7 +218,7 @@ def _changes(before: dict, after: dict) -> dict:
 
 
 def _environment_difference(job: dict, base: dict) -> list[str]:
-    keys = (set(job) | set(base)) - IGNORED_VARIABLES - {SOCKET_VARIABLE}
+    keys = (set(job) | set(base)) - IGNORED_VARIABLES - set(THREAD_VARIABLES)
     return sorted(k for k in keys if job.get(k) != base.get(k))
 
 
@@ -235,6 +235,12 @@ class _Server:
         self.killed: dict[int, float] = {}  # pid -> when SIGTERM was sent
         self.refusing: str | None = None
         self.served = 0
+        # a job's end wakes the loop (SIGCHLD through this pipe), which reaps it at once
+        self.wake_read, wake_write = os.pipe()
+        os.set_blocking(wake_write, False)
+        self.wake_write = wake_write
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        signal.set_wakeup_fd(wake_write, warn_on_full_buffer=False)
 
     def note(self, message: str) -> None:
         self.log.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} pid {os.getpid()}: {message}\n")
@@ -247,9 +253,9 @@ class _Server:
         if os.path.realpath(request["lmsat"]) != os.path.realpath(sys.modules["lmsat"].__file__):
             return f"another lmsat: {request['lmsat']}"
         env = request["env"]
-        threads = [v for v in THREAD_VARIABLES if env.get(v, "1") != "1"]
+        threads = [v for v in THREAD_VARIABLES if env.get(v) != "1"]
         if threads:
-            return f"threads {env.get(threads[0])} ({threads[0]}); the warm interpreter serves 1-thread jobs"
+            return f"{threads[0]}={env.get(threads[0], '(unset)')}; the warm interpreter serves 1-thread jobs"
         differing = _environment_difference(env, self.base_env)
         if differing:
             return "its environment differs in " + ", ".join(differing[:5])
@@ -299,9 +305,12 @@ class _Server:
         code = 1
         try:
             SERVING = True
+            signal.set_wakeup_fd(-1)
             for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
                 signal.signal(signum, signal.SIG_DFL)
             signal.signal(signal.SIGINT, signal.default_int_handler)
+            os.close(self.wake_read)
+            os.close(self.wake_write)
             self.listener.close()
             for other, _, _ in self.running.values():
                 other.close()
@@ -377,8 +386,10 @@ class _Server:
         signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
         self.note(f"listening; {len(preload)} modules to import, between jobs")
         while not stopping and self.parent_alive():
-            watched = [self.listener] + [c for c, _, _ in self.running.values()]
+            watched = [self.listener, self.wake_read] + [c for c, _, _ in self.running.values()]
             readable, _, _ = select.select(watched, [], [], 0 if preload else 0.5)
+            if self.wake_read in readable:
+                os.read(self.wake_read, 4096)
             if self.listener in readable:
                 self.accept()
             self.stop_orphans(readable)
@@ -458,6 +469,8 @@ def start(log_path: str, jobs: int, local: bool, enabled: bool = True) -> str | 
     """Start the warm interpreter for this Snakemake process's jobs; why not, if it does not
     (None when it starts). Its socket's path reaches the jobs through SOCKET_VARIABLE."""
     global _server, _directory
+    if _server is None:
+        os.environ.pop(SOCKET_VARIABLE, None)  # inherited from an outer run: not this run's
     if not enabled:
         return "config warm_start is false"
     if sys.platform != "linux":

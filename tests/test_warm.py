@@ -1,0 +1,275 @@
+"""The warm interpreter (lmsat.warm, issue 35): a job it forks runs as a fresh interpreter
+would (working directory, environment, arguments, streams, exit status, traceback), jobs it
+must not serve start their own interpreter, signals reach the forked job, a job whose process
+vanished is ended, the warm interpreter ends with the process that started it, and a model
+loaded in a forked job has the tensors a fresh interpreter loads, for every family, storage
+dtype, tied head and sharded checkpoint. The default run's jobs are forked from it: see
+test_workflow.py (test_the_default_run_forks_its_jobs_from_the_warm_interpreter).
+
+Each job here is a real script run by a real interpreter, as Snakemake runs one: a file
+whose first lines set `__real_file__` (Snakemake's preamble does) and import lmsat.offline
+and lmsat.warm_start.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+import lmsat.warm as warm
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the warm interpreter is Linux only")
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+PREAMBLE = f"""\
+__real_file__ = __file__  # what Snakemake's script preamble sets
+import sys
+sys.path[:0] = [{str(SRC)!r}]
+import lmsat.offline
+import lmsat.warm_start
+import lmsat.warm
+"""
+
+
+def wait_for(condition, seconds: float, what: str):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"not within {seconds} s: {what}")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """A warm interpreter started as the workflow's onstart starts one; -> its log."""
+    log = tmp_path_factory.mktemp("warm") / "warm_interpreter.log"
+    assert warm.start(str(log), jobs=warm.MIN_JOBS, local=True) is None
+    STARTED_ENV.update(os.environ)  # a Snakemake job's starts as its Snakemake process's
+    try:
+        wait_for(lambda: log.exists() and "imports done" in log.read_text(), 180, f"the imports ({log})")
+        yield log
+    finally:
+        warm.stop()
+
+
+STARTED_ENV: dict = {}
+
+
+def job_env(**changes) -> dict:
+    """A Snakemake job's environment: this process's when it started the warm interpreter
+    (pytest changes PYTEST_CURRENT_TEST at each test), with the thread variables at 1."""
+    env = dict(STARTED_ENV or os.environ, **{v: "1" for v in warm.THREAD_VARIABLES})
+    env.update(changes)
+    return {k: v for k, v in env.items() if v is not None}
+
+
+def run_job(tmp_path, body: str, *args, env=None, name="job.py", **kwargs) -> subprocess.CompletedProcess:
+    script = tmp_path / name
+    script.write_text(PREAMBLE + textwrap.dedent(body))
+    return subprocess.run(
+        [sys.executable, str(script), *args], cwd=tmp_path, env=env or job_env(), capture_output=True, text=True,
+        timeout=300, **kwargs,
+    )
+
+
+def served_lines(log: Path, name: str) -> list[str]:
+    return [line for line in log.read_text().splitlines() if f" {name}: exit " in line]
+
+
+def test_a_forked_job_runs_in_its_own_directory_environment_arguments_and_streams(server, tmp_path):
+    body = """
+        import os, tempfile
+        print("out", os.getcwd(), sys.argv[1:], tempfile.gettempdir(), lmsat.warm.SERVING)
+        print("err", list(dict.fromkeys(sys.path)), file=sys.stderr)
+        print("stdin", sys.stdin.read())
+        raise SystemExit(3)
+    """
+    (tmp_path / "tmp").mkdir()  # Snakemake's tmpdir resource: the one variable a job may change
+    done = run_job(tmp_path, body, "a", "b c", env=job_env(TMPDIR=str(tmp_path / "tmp")), input="fed", name="served.py")
+    assert done.returncode == 3, done.stderr
+    assert done.stdout.splitlines() == [f"out {tmp_path} ['a', 'b c'] {tmp_path / 'tmp'} True", "stdin fed"]
+    fresh = run_job(tmp_path, body, "a", "b c", env=job_env(TMPDIR=str(tmp_path / "tmp"), LMSAT_WARM_SOCKET=None),
+                    input="fed", name="fresh.py")
+    assert fresh.stdout.replace("False", "True") == done.stdout  # the same, in its own interpreter
+    assert done.stderr == fresh.stderr.replace("fresh.py", "served.py")  # sys.path, duplicates aside
+    [line] = served_lines(server, "served.py")
+    assert "exit 3" in line and "s CPU" in line and "MB" in line
+
+
+def test_a_forked_jobs_exception_prints_the_scripts_traceback_and_exits_1(server, tmp_path):
+    done = run_job(tmp_path, "def main():\n    raise ValueError('the culprit')\n\nmain()\n", name="failing.py")
+    assert done.returncode == 1
+    assert done.stderr.startswith("Traceback (most recent call last):"), done.stderr
+    assert f'File "{tmp_path / "failing.py"}", line' in done.stderr and "in main" in done.stderr
+    assert done.stderr.strip().endswith("ValueError: the culprit")
+    assert "runpy" not in done.stderr and "lmsat/warm.py" not in done.stderr
+    assert served_lines(server, "failing.py")
+
+
+@pytest.mark.parametrize(
+    "changes, reason",
+    [
+        (dict(OMP_NUM_THREADS="2"), "OMP_NUM_THREADS=2"),
+        (dict(MKL_NUM_THREADS=None), "MKL_NUM_THREADS=(unset)"),
+        (dict(HF_HOME="/elsewhere"), "its environment differs in HF_HOME"),
+    ],
+)
+def test_a_job_the_warm_interpreter_must_not_serve_starts_its_own(server, tmp_path, changes, reason):
+    done = run_job(tmp_path, "print(lmsat.warm.SERVING)\n", env=job_env(**changes), name="declined.py")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"  # ran here, not in a forked job
+    assert f"lmsat.warm: this job starts its own interpreter ({reason}" in done.stderr
+    assert not served_lines(server, "declined.py")
+
+
+def test_without_a_warm_interpreter_the_job_runs_as_before(tmp_path):
+    done = run_job(tmp_path, "print(lmsat.warm.SERVING)\n", env=job_env(LMSAT_WARM_SOCKET=str(tmp_path / "none")))
+    assert (done.returncode, done.stdout.strip(), done.stderr) == (0, "False", "")
+
+
+SLEEPER = """
+    import os, time
+    from pathlib import Path
+    Path("pid").write_text(str(os.getpid()))
+    while True:
+        time.sleep(0.05)
+"""
+
+
+def gone(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+    except FileNotFoundError:
+        return True
+    return state in ("Z", "X")  # exited (its parent reaps it)
+
+
+def start_sleeper(tmp_path) -> tuple[subprocess.Popen, int]:
+    """A job that sleeps until signalled; -> (its script's process, the forked job's pid)."""
+    (tmp_path / "sleeper.py").write_text(PREAMBLE + textwrap.dedent(SLEEPER))
+    process = subprocess.Popen(
+        [sys.executable, str(tmp_path / "sleeper.py")], cwd=tmp_path, env=job_env(),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    pid = int(wait_for(lambda: (tmp_path / "pid").exists() and (tmp_path / "pid").read_text(), 60, "the job's pid"))
+    assert pid != process.pid  # the forked job, not the script's own process
+    return process, pid
+
+
+@pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 128 + signal.SIGTERM), (signal.SIGINT, 128 + signal.SIGINT)])
+def test_a_signal_to_the_jobs_process_reaches_the_forked_job(server, tmp_path, signum, code):
+    process, pid = start_sleeper(tmp_path)
+    process.send_signal(signum)
+    _, stderr = process.communicate(timeout=30)
+    assert process.returncode == code, stderr
+    if signum == signal.SIGINT:
+        assert "KeyboardInterrupt" in stderr  # raised in the job, as in a fresh interpreter
+    wait_for(lambda: gone(pid), 10, f"the forked job {pid} ending")
+
+
+def test_a_job_whose_process_vanished_is_ended(server, tmp_path):
+    process, pid = start_sleeper(tmp_path)
+    process.kill()  # no signal to forward: the warm interpreter sees the connection close
+    process.wait()
+    wait_for(lambda: gone(pid), 15, f"the forked job {pid} ending")
+
+
+def test_the_warm_interpreter_ends_when_the_process_that_started_it_is_gone(tmp_path):
+    log = tmp_path / "warm.log"
+    starter = (
+        f"import sys; sys.path[:0] = [{str(SRC)!r}]; import lmsat.warm as w; "
+        f"print(w.start({str(log)!r}, jobs=w.MIN_JOBS, local=True)); print(w.SOCKET_VARIABLE in __import__('os').environ)"
+    )
+    done = subprocess.run([sys.executable, "-c", starter], capture_output=True, text=True, timeout=60)
+    assert done.stdout.split() == ["None", "True"], done.stderr  # started, then its starter exits
+    text = wait_for(lambda: log.exists() and "Snakemake is gone" in log.read_text() and log.read_text(), 60,
+                    "the warm interpreter stopping")
+    server_pid = int(text.split(" pid ")[1].split(":")[0])
+    wait_for(lambda: gone(server_pid), 15, "the warm interpreter's process ending")
+
+
+def test_no_warm_interpreter_for_a_small_or_remote_run_or_when_switched_off(tmp_path):
+    log = tmp_path / "warm.log"
+    starter = f"""
+import os, sys
+sys.path[:0] = [{str(SRC)!r}]
+import lmsat.warm as w
+print(w.start({str(log)!r}, jobs=w.MIN_JOBS - 1, local=True))
+print(w.start({str(log)!r}, jobs=100, local=False))
+print(w.start({str(log)!r}, jobs=100, local=True, enabled=False))
+print(w.SOCKET_VARIABLE in os.environ)
+"""
+    inherited = dict(os.environ, LMSAT_WARM_SOCKET=str(tmp_path / "an outer run's"))
+    done = subprocess.run([sys.executable, "-c", starter], capture_output=True, text=True, timeout=60, env=inherited)
+    assert done.stdout.splitlines() == [
+        f"{warm.MIN_JOBS - 1} jobs to run (fewer than {warm.MIN_JOBS})", "jobs run on another executor",
+        "config warm_start is false", "False",  # an outer run's socket is not passed on to this run's jobs
+    ], done.stderr
+    assert not log.exists()
+
+
+LOADER = """
+    import json
+    from safetensors.torch import save_file
+    from lmsat.models import load_causal_lm
+    from lmsat.plan import ModelEntry
+
+    cases = json.loads(open("cases.json").read())
+    for name, case in cases.items():
+        lm = load_causal_lm(ModelEntry(**case), "step1", dtype="auto")
+        state = {k: v.contiguous() for k, v in lm.state_dict().items()}
+        tied = lm.get_output_embeddings().weight.data_ptr() == lm.get_input_embeddings().weight.data_ptr()
+        save_file({k: v.clone() for k, v in state.items()}, f"{sys.argv[1]}/{name}.safetensors",
+                  metadata={"tied": str(tied), "served": str(lmsat.warm.SERVING)})
+"""
+
+
+def test_a_forked_job_loads_the_tensors_a_fresh_interpreter_loads(server, tmp_path):
+    """Every family the adapters know, in each storage dtype, tied and untied heads, and a
+    sharded checkpoint: the pipeline's loader (lmsat.models.load_causal_lm, every check of
+    lmsat.checkpoints) in a forked job and in a fresh interpreter gives equal tensors."""
+    import json
+
+    import torch
+    from safetensors import safe_open
+
+    from test_adapters import COMMON, D, VARIANTS, build
+
+    cases = {}
+    for family, tied in VARIANTS:
+        for dtype in ("float32", "float16", "bfloat16"):
+            name = f"{family}-{'tied' if tied else 'untied'}-{dtype}"
+            model = build(family, tied).to(getattr(torch, dtype))
+            shard = "8KB" if family == "gpt_neox" and dtype == "float32" else "5GB"  # one sharded case
+            model.save_pretrained(tmp_path / "models" / name / "step1", max_shard_size=shard)
+            cases[name] = dict(
+                name=name, suite="s", source="local", id=str(tmp_path / "models" / name), hidden_size=D,
+                vocab_size=COMMON["vocab_size"], n_params=0, tokenizer="words", tokens_per_step=1,
+                revisions=["step1"], steps=[1], allow_pickle=False, trust_remote_code=False, key=name,
+            )
+    assert list((tmp_path / "models" / "gpt_neox-untied-float32" / "step1").glob("*.safetensors.index.json"))
+    (tmp_path / "cases.json").write_text(json.dumps(cases))
+    for side, env in (("warm", job_env()), ("fresh", job_env(LMSAT_WARM_SOCKET=None))):
+        (tmp_path / side).mkdir()
+        done = run_job(tmp_path, LOADER, side, env=env, name=f"load_{side}.py")
+        assert done.returncode == 0, done.stderr
+    for name in cases:
+        opened = {side: safe_open(tmp_path / side / f"{name}.safetensors", "pt") for side in ("warm", "fresh")}
+        assert opened["warm"].metadata()["served"] == "True" and opened["fresh"].metadata()["served"] == "False"
+        assert opened["warm"].metadata()["tied"] == opened["fresh"].metadata()["tied"]
+        assert sorted(opened["warm"].keys()) == sorted(opened["fresh"].keys())
+        for key in opened["fresh"].keys():
+            warm_tensor, fresh_tensor = opened["warm"].get_tensor(key), opened["fresh"].get_tensor(key)
+            assert warm_tensor.dtype == fresh_tensor.dtype, f"{name}: {key}"
+            if key.endswith(".weight"):
+                assert fresh_tensor.dtype == getattr(torch, name.rsplit("-", 1)[1])  # the stored dtype
+            assert torch.equal(warm_tensor, fresh_tensor), f"{name}: {key}"  # a load copies bytes: equal
