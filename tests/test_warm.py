@@ -242,7 +242,7 @@ def test_a_forked_job_loads_the_tensors_a_fresh_interpreter_loads(server, tmp_pa
     import torch
     from safetensors import safe_open
 
-    from test_adapters import COMMON, D, VARIANTS, build
+    from test_adapters import COMMON, VARIANTS, D, build
 
     cases = {}
     for family, tied in VARIANTS:
