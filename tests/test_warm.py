@@ -187,14 +187,16 @@ def test_the_warm_interpreter_ends_when_the_process_that_started_it_is_gone(tmp_
     log = tmp_path / "warm.log"
     starter = (
         f"import sys; sys.path[:0] = [{str(SRC)!r}]; import lmsat.warm as w; "
-        f"print(w.start({str(log)!r}, jobs=w.MIN_JOBS, local=True)); print(w.SOCKET_VARIABLE in __import__('os').environ)"
+        f"print(w.start({str(log)!r}, jobs=w.MIN_JOBS, local=True)); print(__import__('os').environ[w.SOCKET_VARIABLE])"
     )
     done = subprocess.run([sys.executable, "-c", starter], capture_output=True, text=True, timeout=60)
-    assert done.stdout.split() == ["None", "True"], done.stderr  # started, then its starter exits
+    started, socket_path = done.stdout.split()
+    assert started == "None", done.stderr  # started, then its starter exits
     text = wait_for(lambda: log.exists() and "Snakemake is gone" in log.read_text() and log.read_text(), 60,
                     "the warm interpreter stopping")
     server_pid = int(text.split(" pid ")[1].split(":")[0])
     wait_for(lambda: gone(server_pid), 15, "the warm interpreter's process ending")
+    assert not Path(socket_path).parent.exists()  # its socket and directory removed
 
 
 def test_no_warm_interpreter_for_a_small_or_remote_run_or_when_switched_off(tmp_path):

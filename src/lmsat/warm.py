@@ -286,7 +286,10 @@ class _Server:
             self.note(f"declined {request['script']}: {reason}")
             for fd in fds:
                 os.close(fd)
-            _send(conn, {"declined": reason})
+            try:
+                _send(conn, {"declined": reason})
+            except OSError:
+                pass  # its process is gone already
             conn.close()
             return
         sys.stdout.flush()
@@ -297,8 +300,11 @@ class _Server:
         for fd in fds:
             os.close(fd)
         conn.settimeout(None)
-        _send(conn, {"pid": pid})
         self.running[pid] = (conn, time.perf_counter(), request["script"])
+        try:
+            _send(conn, {"pid": pid})
+        except OSError:  # the job's process is gone: so is the job
+            self.terminate(pid)
 
     def become_job(self, conn: socket.socket, request: dict, fds: list[int]) -> None:
         global SERVING
@@ -391,7 +397,10 @@ class _Server:
             if self.wake_read in readable:
                 os.read(self.wake_read, 4096)
             if self.listener in readable:
-                self.accept()
+                try:
+                    self.accept()
+                except Exception as error:  # one bad request never stops the run's other jobs
+                    self.note(f"a request failed: {type(error).__name__}: {error}")
             self.stop_orphans(readable)
             self.reap()
             if preload and not readable:
@@ -525,7 +534,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         server.serve(list(PRELOAD))
     finally:  # only the warm interpreter reaches here: a forked job ends in os._exit
-        try:
-            os.unlink(args.socket)
-        except OSError:
-            pass
+        for remove, path in ((os.unlink, args.socket), (os.rmdir, os.path.dirname(args.socket))):
+            try:
+                remove(path)
+            except OSError:
+                pass

@@ -15,7 +15,9 @@ resources and benchmark file; from those and the validated config this command r
 - GPU, CPU and staging hours: a job's measured time where the run has benchmark files of its
   rule (benchmarks/out/<run>/<rule>/..., Snakemake's `s` column: the same model's mean, else
   the rule's mean scaled by parameters), else the stated model below, else the rule's
-  runtime limit (an upper bound, said so).
+  runtime limit (an upper bound, said so). A job of a local run forked by the warm
+  interpreter (lmsat.warm) did not pay its interpreter's start-up, which a cluster job does
+  (TIME_MODEL's start_s): measured on a laptop, a cluster's hours come out low by that much.
 
 The stated model of a per-checkpoint GPU job (and of the head-cache forward) is the physical
 limit benchmarks/checkpoint_job.py measures a job against (its `limit` row: start Python with
