@@ -46,7 +46,7 @@ def pytest_collection_modifyitems(config, items):
 def default_run(tmp_path_factory) -> tuple[Path, float]:
     """(working directory, seconds) of one run of the whole default pipeline (config/config.yaml,
     `--cores 2`), made once per session for every test that reads it (the longest fixture of
-    the suite: about 10 minutes on 2 CPUs). Tests only read it: one that changes files works
+    the suite: about 3 minutes on 2 idle CPUs, its jobs forked from the warm interpreter). Tests only read it: one that changes files works
     on a copy, or plans dry runs (`-n`)."""
     workdir = tmp_path_factory.mktemp("default_run")
     started = time.perf_counter()
