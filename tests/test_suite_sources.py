@@ -134,7 +134,8 @@ def test_polypythia_full_schedule_plans_around_the_missing_weights_of_202():
     def full(config):
         config["suites"]["polypythia"]["revisions"]["subsample"] = 0
 
-    models = plan("polypythia", full).models
+    polypythia = plan("polypythia", full)
+    models = polypythia.models
     left_out = {}
     for name, model in models.items():
         absent = [s for s in schedules.pythia_steps() if f"step{s}" not in model.revisions]
@@ -145,6 +146,11 @@ def test_polypythia_full_schedule_plans_around_the_missing_weights_of_202():
         assert schedules.missing_weights(models[name].id) == {f"step{step}": "EleutherAI/pythia#202"}
         assert len(models[name].revisions) == 153
     assert "step40000" in models["pythia-410m-seed8"].revisions  # only the reported branches
+    # the plan says so (printed by `lmsat plan` and logged at planning)
+    assert [n for n in polypythia.notes if "#202" in n] == [
+        f"model {name} (EleutherAI/{name}): revision step{step} holds no weights upstream (EleutherAI/pythia#202); "
+        "the plan leaves it out" for name, (step,) in sorted(left_out.items(), key=lambda kv: list(models).index(kv[0]))
+    ]
 
 
 def test_a_list_naming_a_missing_polypythia_branch_is_refused_naming_202():

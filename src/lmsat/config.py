@@ -333,6 +333,21 @@ def _check_revision_spec(spec: dict, key: str) -> None:
                               "put the training step's digits in the first group, e.g. 'ckpt_(\\d+)'")
 
 
+def _planned_around(models: dict) -> list[str]:
+    """A note per hub revision the plan leaves out because it holds no weights upstream
+    (lmsat.schedules.missing_weights: a generated schedule plans around it; a list naming it
+    was refused), so that `lmsat plan` and the planning log say why a step is absent."""
+    notes = []
+    for name, model in models.items():
+        if model.source != "hub":
+            continue
+        for revision, issue in schedules.missing_weights(model.id).items():
+            if revision not in model.revisions:
+                notes.append(f"model {name} ({model.id}): revision {revision} holds no weights upstream ({issue}); "
+                             "the plan leaves it out")
+    return notes
+
+
 def _revisions(spec: dict, suite: dict, config: dict, spec_key: str, missing: dict[str, str] | None = None):
     """(revisions, steps) of a revisions spec, in training order and subsampled. `missing`
     (revision -> the issue reporting it, lmsat.schedules.missing_weights): revisions without
@@ -757,6 +772,7 @@ def load_plan(config: dict, schema: str | Path | dict, default_run: str = "defau
     _check_references(config, models)
     _check_sections(config, models)
     notes += check_scaling_plan(config, models)
+    notes += _planned_around(models)
     trained = models
     if config is not whole:  # the selected models with all their revisions
         unselected = copy.deepcopy(whole)
