@@ -46,24 +46,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-WORDS = "the a cat dog sat ran on under mat rug big small red blue and then it was very".split()
 REALISTIC = dict(planned_steps=5000, batch=64, seq=256, context=256, intervals=3)  # 82M tokens planned
 TINY = dict(planned_steps=200, batch=16, seq=64, context=128, intervals=99)  # the first benchmark's whole run
-
-
-def write_text(path: Path, n_lines: int, seed: int) -> Path:
-    import numpy as np
-
-    rng = np.random.default_rng(seed)
-    lines = []
-    for _ in range(n_lines):
-        word, words = int(rng.integers(len(WORDS))), []
-        for _ in range(int(rng.integers(4, 15))):
-            words.append(WORDS[word])
-            word = (word * 3 + int(rng.integers(0, 3))) % len(WORDS)
-        lines.append(" ".join(words))
-    path.write_text("\n".join(lines) + "\n")
-    return path
 
 
 def worker(args) -> None:
@@ -191,6 +175,9 @@ def main() -> None:
         return worker(args)
     if args.seq > args.context:
         raise SystemExit(f"--seq {args.seq} exceeds --context {args.context}. Fix: --context {args.seq} or more")
+    sys.path.insert(0, str(ROOT / "tests"))
+    from test_own_run import write_text  # the text of the Trainer-run test: a first-order word pattern
+
     with tempfile.TemporaryDirectory(prefix="lmsat-callback-") as tmp:
         scratch = args.keep or Path(tmp)
         scratch.mkdir(parents=True, exist_ok=True)
