@@ -50,16 +50,22 @@ def init_sample_tokens(text, tokenizer_dir) -> int:
     return n_tokens
 
 
+def texts_and_tokenizer(base: Path, train_lines: int):
+    """(train text, eval text, a tokenizer trained on the first and saved in base/tokenizer)."""
+    text = write_text(base / "train.txt", train_lines, seed=0)
+    eval_text = write_text(base / "eval.txt", 300, seed=1)
+    tokenizer = train_tokenizer(text)
+    tokenizer.save_pretrained(base / "tokenizer")
+    return text, eval_text, tokenizer
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """Two 24-step runs of one seed, one watched, one not."""
     from lmsat.callbacks import SaturationCallback
 
     base = tmp_path_factory.mktemp("watched")
-    text = write_text(base / "train.txt", 600, seed=0)
-    eval_text = write_text(base / "eval.txt", 300, seed=1)
-    tokenizer = train_tokenizer(text)
-    tokenizer.save_pretrained(base / "tokenizer")
+    text, eval_text, tokenizer = texts_and_tokenizer(base, train_lines=600)
     n_tokens = init_sample_tokens(eval_text, base / "tokenizer")
     plain = trainer_of(base / "plain" / "out", text, tokenizer)
     plain.train()
@@ -173,10 +179,7 @@ def test_the_rows_equal_the_workflow_s_on_the_saved_checkpoints(runs, tmp_path):
 @pytest.fixture(scope="module")
 def assets(tmp_path_factory):
     base = tmp_path_factory.mktemp("assets")
-    text = write_text(base / "train.txt", 300, seed=0)
-    eval_text = write_text(base / "eval.txt", 300, seed=1)
-    tokenizer = train_tokenizer(text)
-    tokenizer.save_pretrained(base / "tokenizer")
+    text, eval_text, tokenizer = texts_and_tokenizer(base, train_lines=300)
     other = base / "other.txt"  # another language: another tokenizer's merges
     rng = np.random.default_rng(2)
     other.write_text("\n".join(" ".join("".join(rng.choice(list("xqzvkjwy"), size=int(rng.integers(2, 7))))

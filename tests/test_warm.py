@@ -115,6 +115,19 @@ def test_a_forked_jobs_exception_prints_the_scripts_traceback_and_exits_1(server
     assert served_lines(server, "failing.py")
 
 
+def test_a_forked_jobs_uncaught_error_reaches_the_jobs_log(server, tmp_path):
+    """The job's own excepthook (lmsat.io.setup_logging's writes the error into the job log)."""
+    body = """
+        from lmsat.io import setup_logging
+        setup_logging("job.log")
+        raise RuntimeError("corpus empty has no documents")
+    """
+    done = run_job(tmp_path, body, name="logged.py")
+    assert done.returncode == 1 and served_lines(server, "logged.py")
+    log = (tmp_path / "job.log").read_text()
+    assert "CRITICAL uncaught exception" in log and "RuntimeError: corpus empty has no documents" in log
+
+
 @pytest.mark.parametrize(
     "changes, reason",
     [

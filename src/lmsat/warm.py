@@ -43,7 +43,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import traceback
 from pathlib import Path
 
 SOCKET_VARIABLE = "LMSAT_WARM_SOCKET"
@@ -445,16 +444,15 @@ def _run_script(script: str) -> int:
             return exit_.code
         print(exit_.code, file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        traceback.print_exc()
-        return 128 + signal.SIGINT
     except BaseException as error:
-        # the traceback from the script on, as `python script` prints it (not runpy's frames)
+        # to the job's excepthook (the job log's, lmsat.io.setup_logging), as `python script`
+        # does, with the traceback from the script on (not runpy's frames)
         tb = error.__traceback__
         while tb is not None and tb.tb_frame.f_code.co_filename != script:
             tb = tb.tb_next
-        traceback.print_exception(type(error), error, tb or error.__traceback__)
-        return 1
+        error = error.with_traceback(tb or error.__traceback__)
+        sys.excepthook(type(error), error, error.__traceback__)
+        return 128 + signal.SIGINT if isinstance(error, KeyboardInterrupt) else 1
 
 
 def _finish_interpreter() -> None:
