@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import importlib
 import json
 import os
 import select
@@ -204,12 +205,6 @@ def _unsafe_threads() -> list[str]:
     return [name for name in _threads() if name not in FORK_SAFE_THREADS]
 
 
-def _import(name: str) -> None:
-    import importlib
-
-    importlib.import_module(name)
-
-
 def _changes(before: dict, after: dict) -> dict:
     """key -> new value (None: removed)."""
     changed = {k: v for k, v in after.items() if before.get(k) != v}
@@ -225,7 +220,7 @@ class _Server:
     def __init__(self, socket_path: str, parent: int, log_path: str):
         self.parent = parent
         self.log = open(log_path, "a", buffering=1)
-        _import("lmsat.offline")  # what a compute job's environment holds when it hands off
+        importlib.import_module("lmsat.offline")  # what a compute job's environment holds when it hands off
         self.base_env = dict(os.environ)
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.listener.bind(socket_path)
@@ -235,11 +230,10 @@ class _Server:
         self.refusing: str | None = None
         self.served = 0
         # a job's end wakes the loop (SIGCHLD through this pipe), which reaps it at once
-        self.wake_read, wake_write = os.pipe()
-        os.set_blocking(wake_write, False)
-        self.wake_write = wake_write
+        self.wake_read, self.wake_write = os.pipe()
+        os.set_blocking(self.wake_write, False)
         signal.signal(signal.SIGCHLD, lambda *_: None)
-        signal.set_wakeup_fd(wake_write, warn_on_full_buffer=False)
+        signal.set_wakeup_fd(self.wake_write, warn_on_full_buffer=False)
 
     def note(self, message: str) -> None:
         self.log.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} pid {os.getpid()}: {message}\n")
@@ -405,7 +399,7 @@ class _Server:
             if preload and not readable:
                 name = preload.pop(0)
                 try:
-                    _import(name)
+                    importlib.import_module(name)
                 except Exception as error:  # a job needing it imports it (and reports its error)
                     self.note(f"left {name} to the jobs: {type(error).__name__}: {error}")
                 if not preload:
