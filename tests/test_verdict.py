@@ -31,6 +31,7 @@ from lmsat.verdict import (
     VERDICT_COLUMNS,
     max_z_quantile,
     sequence_means,
+    simulated_coverage,
     simulated_rate,
     verdict_from_estimates,
     verdict_from_paired,
@@ -50,6 +51,16 @@ def rise_curve(rise_se: float, k: int = 7, bottom: int | None = None) -> np.ndar
     fall = np.array([400.0, 200.0, 80.0, 25.0, 6.0, 0.0])[-(bottom + 1):]  # far above, then near the bottom
     climb = rise_se * np.arange(1, k - bottom) / (k - bottom - 1)
     return np.concatenate([fall, climb])
+
+
+# True curves (in standard errors of the final's paired difference from its lowest earlier
+# checkpoint) on which the interval's coverage is simulated: theta = 0, > 0 and < 0.
+COVERAGE_CURVES = {
+    "flat": lambda k: np.zeros(k),
+    "rising 2 SE to the final": lambda k: rise_curve(2.0, k),
+    "still falling: the final 2 SE below the lowest earlier": lambda k: np.concatenate(
+        [np.array([400.0, 200.0, 80.0, 25.0, 6.0, 2.0, 1.0, 0.0])[-(k - 1):], [-2.0]]),
+}
 
 
 @pytest.fixture(scope="module")
@@ -78,6 +89,18 @@ def test_a_late_rise_of_4_standard_errors_is_detected_in_90_percent(toy_losses):
     rate, hits, se = simulated_rate(toy_losses, curve, curves=CURVES, alpha=ALPHA, draws=DRAWS, seed=2)
     assert rate >= 0.90, f"a 4-SE rise ({4 * se:.4f} nats) detected in {hits} of {CURVES}"
     assert 0 < se < 0.02  # the paired SE of toy-d64's step-400-to-final difference, in nats
+
+
+@pytest.mark.parametrize("name", list(COVERAGE_CURVES))
+def test_the_interval_holds_the_true_rise_at_its_level(toy_losses, name):
+    """[rise_low, rise_high] bounds theta, the true rise of the final above the best earlier
+    checkpoint (issue 44: read as a contradiction where it lay below 0): each bound holds in at
+    least 1 - alpha of runs with the run's own noise, both in 1 - 2 alpha, whatever theta's sign."""
+    found = simulated_coverage(toy_losses, COVERAGE_CURVES[name](len(toy_losses)), curves=CURVES, alpha=ALPHA,
+                               draws=DRAWS, seed=3)
+    lowest = 1 - ALPHA - 3 * math.sqrt(ALPHA * (1 - ALPHA) / CURVES)  # 3 binomial SE below the claim
+    assert found["low"] >= lowest and found["high"] >= lowest, found
+    assert found["both"] >= 1 - 2 * ALPHA - 3 * math.sqrt(2 * ALPHA * (1 - 2 * ALPHA) / CURVES), found
 
 
 def test_few_sequences_keep_the_size_with_the_t_critical_value():

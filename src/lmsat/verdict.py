@@ -230,6 +230,32 @@ def sequence_means(token_losses: np.ndarray) -> np.ndarray:
     return token_losses.mean(axis=1)
 
 
+def _simulated_runs(per_unit_losses, curve_se, curves: int, alpha: float, min_checkpoints: int, draws: int,
+                    seed: int, best: int | None):
+    """(the true curve (K,) in loss units, the SE in loss units, a generator of the verdicts of
+    `curves` resampled runs about it): simulated_rate's and simulated_coverage's runs."""
+    losses = np.asarray(per_unit_losses, dtype=np.float64)
+    if losses.ndim != 2 or losses.shape[0] < 2 or losses.shape[1] < 2:
+        raise ValueError(f"per_unit_losses must be (checkpoints >= 2, units >= 2), got {losses.shape}")
+    k, n = losses.shape
+    residuals = losses - losses.mean(axis=1, keepdims=True)  # (K, n): the run's noise about a flat curve
+    shape = np.zeros(k) if curve_se is None else np.asarray(curve_se, dtype=np.float64)
+    if shape.shape != (k,):
+        raise ValueError(f"curve_se must have one value per checkpoint ({k}), got shape {shape.shape}")
+    best = int(np.argmin(shape)) if best is None else best
+    se = float(np.std(residuals[-1] - residuals[best]) / math.sqrt(n))  # population sd: the resampled world's
+    curve = float(losses.mean()) + se * shape  # (K,)
+    steps = np.arange(k)
+
+    def runs():
+        rng = np.random.default_rng(seed)
+        for _ in range(curves):
+            units = rng.integers(0, n, size=n)
+            yield verdict_from_paired(steps, curve[:, None] + residuals[:, units], alpha, min_checkpoints, draws)
+
+    return curve, se, runs()
+
+
 def simulated_rate(per_unit_losses, curve_se=None, curves: int = 1000, alpha: float = DEFAULT_ALPHA,
                    min_checkpoints: int = DEFAULT_MIN_CHECKPOINTS, draws: int = NULL_DRAWS, seed: int = 0,
                    best: int | None = None) -> tuple[float, int, float]:
@@ -244,22 +270,25 @@ def simulated_rate(per_unit_losses, curve_se=None, curves: int = 1000, alpha: fl
     curve (the test's least favourable null, so the rate is its size). -> (rate, the number
     of `saturates`, the SE in loss units). `best`: the curve's minimum (its argmin by default).
     """
-    losses = np.asarray(per_unit_losses, dtype=np.float64)
-    if losses.ndim != 2 or losses.shape[0] < 2 or losses.shape[1] < 2:
-        raise ValueError(f"per_unit_losses must be (checkpoints >= 2, units >= 2), got {losses.shape}")
-    k, n = losses.shape
-    residuals = losses - losses.mean(axis=1, keepdims=True)  # (K, n): the run's noise about a flat curve
-    shape = np.zeros(k) if curve_se is None else np.asarray(curve_se, dtype=np.float64)
-    if shape.shape != (k,):
-        raise ValueError(f"curve_se must have one value per checkpoint ({k}), got shape {shape.shape}")
-    best = int(np.argmin(shape)) if best is None else best
-    se = float(np.std(residuals[-1] - residuals[best]) / math.sqrt(n))  # population sd: the resampled world's
-    curve = float(losses.mean()) + se * shape  # (K,)
-    steps = np.arange(k)
-    rng = np.random.default_rng(seed)
-    hits = 0
-    for _ in range(curves):
-        units = rng.integers(0, n, size=n)
-        verdict = verdict_from_paired(steps, curve[:, None] + residuals[:, units], alpha, min_checkpoints, draws)
-        hits += verdict.verdict == SATURATES
+    _, se, runs = _simulated_runs(per_unit_losses, curve_se, curves, alpha, min_checkpoints, draws, seed, best)
+    hits = sum(verdict.verdict == SATURATES for verdict in runs)
     return hits / curves, hits, se
+
+
+def simulated_coverage(per_unit_losses, curve_se=None, curves: int = 1000, alpha: float = DEFAULT_ALPHA,
+                       draws: int = NULL_DRAWS, seed: int = 0) -> dict:
+    """How often [rise_low, rise_high] holds the true rise theta = max_k (mu_final - mu_k) of
+    the curve `curve_se` (as simulated_rate, in standard errors of the final's paired
+    difference from its lowest earlier checkpoint), on `curves` runs with a real run's own
+    noise. -> {theta (loss units), low (the share with rise_low <= theta), high (rise_high >=
+    theta), both, curves}; each bound's share should be >= 1 - alpha, both >= 1 - 2 alpha."""
+    shape = np.zeros(len(per_unit_losses)) if curve_se is None else np.asarray(curve_se, dtype=np.float64)
+    earlier = int(np.argmin(shape[:-1]))
+    curve, _, runs = _simulated_runs(per_unit_losses, shape, curves, alpha, DEFAULT_MIN_CHECKPOINTS, draws, seed,
+                                     earlier)
+    theta = float(curve[-1] - curve[:-1].min())
+    low = high = both = 0
+    for verdict in runs:
+        below, above = verdict.rise_low <= theta, verdict.rise_high >= theta
+        low, high, both = low + below, high + above, both + (below and above)
+    return dict(theta=theta, low=low / curves, high=high / curves, both=both / curves, curves=curves)
