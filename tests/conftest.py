@@ -28,6 +28,25 @@ def default_config() -> dict:
     return dict(copy.deepcopy(load_yaml(ROOT / "config" / "config.yaml")), run="default")
 
 
+def clone_like(workdir: Path) -> Path:
+    """`workdir` laid out as a fresh clone's root for a Snakemake run of this checkout's
+    workflow (`-s ROOT/Snakefile --directory workdir`): config/config.yaml, the file the
+    Snakefile's `configfile:` reads, and nothing of the checkout's results/, logs/ or
+    .snakemake/ (a user runs `make test` after `make run`)."""
+    (workdir / "config").mkdir(parents=True, exist_ok=True)
+    (workdir / "config" / "config.yaml").write_bytes((ROOT / "config" / "config.yaml").read_bytes())
+    return workdir
+
+
+def shipped_configs() -> list[Path]:
+    """The configs the repository ships: config/*.yaml tracked by git, not a user's own
+    (config/mine.yaml, as the README suggests writing). [] outside a git checkout."""
+    done = subprocess.run(["git", "ls-files", "-z", "--", "config/*.yaml"], cwd=ROOT, capture_output=True)
+    if done.returncode != 0:
+        return []
+    return sorted(ROOT / name for name in done.stdout.decode().split("\0") if name)
+
+
 # The slowest files first. `make test` runs the files on two pytest-xdist workers, a file
 # per worker (`--dist loadfile`: a file's session fixtures, such as the default run, are made
 # once), taking them in collection order: a long file collected last would run alone at the

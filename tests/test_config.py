@@ -13,7 +13,7 @@ import yaml
 from lmsat import schedules
 from lmsat.config import ConfigError, load_plan, load_yaml
 
-from conftest import ROOT, SCHEMA
+from conftest import ROOT, SCHEMA, clone_like
 
 
 def plan(config):
@@ -128,9 +128,13 @@ def test_local_model_without_weights(tmp_path, default_config):
     assert plan(default_config).models["mine"].revisions == ("step1",)
 
 
-def _snakemake(*args, cwd=ROOT):
+def _snakemake(workdir, *args):
+    """Snakemake on this checkout's workflow in `workdir`, laid out as a fresh clone (never in
+    the checkout itself, whose results/ and .snakemake/ are the user's)."""
     return subprocess.run(
-        [sys.executable, "-m", "snakemake", *args], cwd=cwd, capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory", str(clone_like(workdir)),
+         *args],
+        capture_output=True, text=True, timeout=300,
     )
 
 
@@ -138,21 +142,24 @@ def test_bad_config_fails_before_any_job(tmp_path, default_config):
     default_config["bottleneck"] = {"models": ["toy-d16"], "ranks": [4, 32]}
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump(default_config))
-    result = _snakemake("-n", "--configfile", str(bad))
+    result = _snakemake(tmp_path, "-n", "--configfile", str(bad))
     assert result.returncode != 0
     output = result.stdout + result.stderr
     assert "bottleneck.ranks[1]" in output and "exceeds the hidden size" in output
     assert "Job stats" not in output
 
 
-def test_pythia_plan_is_offline_and_complete():
-    result = _snakemake("-n", "--configfile", "config/pythia.yaml", "-q", "rules")
+def test_pythia_plan_is_offline_and_complete(tmp_path):
+    result = _snakemake(tmp_path, "-n", "--configfile", str(ROOT / "config" / "pythia.yaml"), "-q", "rules")
     assert result.returncode == 0, result.stderr[-2000:]
     counts = dict(
         line.split()[:2] for line in result.stdout.splitlines() if line.strip() and line.split()[-1].isdigit() and len(line.split()) == 2
     )
     assert counts["analyse_checkpoint"] == str(10 * 154)
     assert "train_toy_model" not in counts  # --configfile replaces the toy default
+    # and Snakemake says so (issue 44: it said "is extended by additional config")
+    assert "Config file config/config.yaml is replaced by additional config" in result.stdout + result.stderr
+    assert "is extended by" not in result.stdout + result.stderr
 
 
 def test_model_entries_do_not_depend_on_the_order_of_the_models(default_config):
@@ -214,15 +221,17 @@ def test_command_line_strings_get_their_schema_types(default_config):
 
 def test_select_from_the_command_line_reaches_the_plan(tmp_path):
     """The documented way to run a slice: a typed --config value, no config file."""
-    result = _snakemake("-n", "--quiet", "rules", "--config", "select={models: [toy-d32], revisions: [step0, step800]}",
+    result = _snakemake(tmp_path, "-n", "--quiet", "rules", "--config", "select={models: [toy-d32], revisions: [step0, step800]}",
                         "toy={max_steps: 800}", "--", "fig1a")
     assert result.returncode == 0, result.stderr[-3000:]
     counts = dict(line.split()[:2] for line in result.stdout.splitlines() if len(line.split()) == 2 and line.split()[-1].isdigit())
     assert counts["train_toy_model"] == "1" and counts["compute_checkpoint_metric"] == "2", result.stdout
+    # --config items alone extend the default config/config.yaml (no --configfile to replace it)
+    assert "Config file config/config.yaml is extended by additional config" in result.stdout + result.stderr
 
 
-def test_a_target_the_config_turns_off_says_which_targets_it_makes():
-    result = _snakemake("-n", "--config", "ngrams={corpora: []}", "--", "fig7")
+def test_a_target_the_config_turns_off_says_which_targets_it_makes(tmp_path):
+    result = _snakemake(tmp_path, "-n", "--config", "ngrams={corpora: []}", "--", "fig7")
     assert result.returncode != 0
     output = result.stdout + result.stderr  # Snakemake prints planning errors to stdout
     assert "target fig7: this config makes no fig7" in output and "fig1a, fig1b" in output

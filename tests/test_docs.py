@@ -103,3 +103,32 @@ def test_ci_runs_the_readmes_test_command():
     assert re.search(r"^run:", makefile, re.M) and re.search(r"^test:", makefile, re.M)
     ci = [line.split("#")[0].strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
     assert commands[1] in ci, ".ci/run no longer runs the README's test command"
+
+
+def test_the_readmes_pythia_dry_run_lists_jobs_per_rule_as_make_dry_run_pythia_does():
+    """Issue 44: without --quiet rules, the Pythia dry run prints 85,501 lines."""
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    recipe = re.search(r"^dry-run-pythia:.*\n\t(.*)$", makefile, re.M).group(1)
+    command = recipe.replace("$(VENV)/bin/", "")
+    assert "--quiet rules" in command
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert command in readme, command
+    dry_runs = [line for line in readme.splitlines() if line.startswith("snakemake -n --configfile config/pythia")]
+    assert dry_runs and all("--quiet rules" in line for line in dry_runs), dry_runs
+
+
+def test_ci_takes_the_readmes_steps_in_order_before_make_test():
+    """Issue 44's acceptance: `make run`, then config/mine.yaml written as the README's own-run
+    section says (`lmsat init ... -o config/mine.yaml`), then `make test`, in one checkout."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    own = readme.split("## Your own training run", 1)[1].split("\n## ", 1)[0]
+    init = next(line.split("#")[0].split() for line in own.splitlines() if "lmsat init" in line)
+    assert init[init.index("-o") + 1] == "config/mine.yaml", init
+    ci = [line.split("#")[0].strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    at = {step: next((i for i, line in enumerate(ci) if test(line)), None) for step, test in (
+        ("make run", lambda line: line == "make run"),
+        ("init", lambda line: "-m lmsat init" in line and line.endswith("-o config/mine.yaml")),
+        ("own run", lambda line: "snakemake --configfile config/mine.yaml" in line),
+        ("make test", lambda line: line == "make test"))}
+    assert None not in at.values(), at
+    assert at["make run"] < at["init"] < at["own run"] < at["make test"], at

@@ -65,6 +65,21 @@ def test_the_pythia_plan_adds_up(pythia):
     assert found.hours["GPU"]["model"] > 0 and found.hours["GPU"]["measured"] == 0  # nothing measured there
 
 
+def test_a_kind_with_no_job_time_gets_no_estimate_and_says_why(pythia):
+    """Issue 44: "CPU hours: 0.0 estimated (... model 0.0), + at most 772.7" for 4,673 CPU jobs."""
+    plan, jobs, found = pythia
+    lines = {line.split(" hours: ")[0]: line for line in render(found).splitlines() if " hours: " in line}
+    cpu = found.hours["CPU"]
+    assert cpu["jobs"] == found.by_kind["CPU"] + found.by_kind["local"] > 1000 and cpu["estimated_jobs"] == 0
+    assert lines["CPU"] == (f"CPU hours: no estimate: none of its {cpu['jobs']:,} jobs has a measured time "
+                            f"(benchmarks/out/pythia/) or a time model; at most {cpu['limit']:,.1f} (their runtime "
+                            "limits, an upper bound)")
+    gpu = found.hours["GPU"]
+    assert 0 < gpu["estimated_jobs"] < gpu["jobs"] == found.by_kind["GPU"]  # analyse_checkpoint has the model
+    assert f"estimated for {gpu['estimated_jobs']:,} of {gpu['jobs']:,} jobs" in lines["GPU"]
+    assert "0.0 estimated" not in render(found)
+
+
 def test_a_run_with_measured_job_times_uses_them(tmp_path):
     config = small_toy_config()
     configfile = tmp_path / "small.yaml"
@@ -98,7 +113,7 @@ def test_the_command_prints_the_plan(tmp_path):
     result = subprocess.run([sys.executable, "-m", "lmsat", "plan", "--configfile", str(configfile), "--directory",
                              str(tmp_path)], capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.startswith(f"plan of run {config['run'] or 'one'}: ") and "GPU hours: 0.0 estimated" in result.stdout
+    assert result.stdout.startswith(f"plan of run {config['run'] or 'one'}: ") and "GPU hours: none (no GPU job)" in result.stdout
     assert "analyse_checkpoint (CPU)" in result.stdout
 
 

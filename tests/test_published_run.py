@@ -5,6 +5,7 @@ finishes offline in seconds, its tables hold the CSV's values, and the README qu
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -105,14 +106,29 @@ def test_the_verdicts_and_the_fit(published_run):
 
 
 def test_the_readme_quotes_the_runs_verdict_lines(published_run):
+    """The README's command that shows the verdict lines (in the summary's log, which the
+    README names with the table: Snakemake's own output does not show them) shows them."""
     workdir, _ = published_run
     text = (ROOT / "README.md").read_text()
-    found = re.search(re.escape("$ " + README_COMMAND) + r"\n(.*?)\n```", text, re.S)
-    assert found, f"README.md quotes no output of `{README_COMMAND}`"
-    log = (workdir / "logs" / "published" / "summarize_published.log").read_text()
-    logged = [line.split(" INFO ", 1)[1].removeprefix("verdict ") for line in log.splitlines() if " INFO " in line]
-    quoted = [line for line in found.group(1).splitlines() if line and line != "..."]
-    assert quoted and all(line in logged for line in quoted), set(quoted) - set(logged)
+    found = re.search(re.escape("$ " + README_COMMAND) + r"\n\$ (.*?)\n(.*?)\n```", text, re.S)
+    assert found, f"README.md quotes no output of `{README_COMMAND}` and a command showing its verdicts"
+    command, output = found.groups()
+    assert "logs/published/summarize_published.log" in command
+    assert "results/published/tables/published_verdicts.csv" in text
+    shown = subprocess.run(command, shell=True, cwd=workdir, capture_output=True, text=True, check=True).stdout
+    quoted = [line for line in output.splitlines() if line and line != "..."]
+    assert quoted and all(line in shown.splitlines() for line in quoted), set(quoted) - set(shown.splitlines())
+
+
+def test_building_the_plan_raises_no_input_function_error(tmp_path):
+    """Issue 44: the published run printed 13 `InputFunctionException in rule tabulate_metric
+    ... KeyError: 'published_loss'` blocks while building its DAG (the rule's table wildcard
+    was unconstrained when the run plans no metric table)."""
+    result = snakemake(tmp_path, "-n")
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-3000:]
+    assert "summarize_published" in output
+    assert "InputFunctionException" not in output and "KeyError" not in output, output[-3000:]
 
 
 def test_an_unknown_published_model_is_refused_naming_it():
@@ -166,3 +182,35 @@ def test_the_default_run_plans_the_published_record_as_a_section_of_its_own(tmp_
         assert FIGURES[stem].category == "Published record (EleutherAI)"
         caption = (ROOT / "workflow" / "report" / f"{stem}.rst").read_text()
         assert "EleutherAI's published record (not this run's measurements)" in caption
+
+
+def checkout_copy(destination: Path) -> Path:
+    """The files of this checkout a run needs (Snakefile, workflow/, src/, config/, envs/), copied
+    to `destination` as a clone elsewhere would hold them."""
+    skip = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
+    for name in ("workflow", "src", "config", "envs"):
+        shutil.copytree(ROOT / name, destination / name, ignore=skip)
+    shutil.copy2(ROOT / "Snakefile", destination / "Snakefile")
+    return destination
+
+
+@pytest.mark.slow
+def test_a_finished_run_copied_elsewhere_plans_nothing(tmp_path):
+    """Issue 44: after `cp -a` of a checkout with a finished run, `snakemake -n` replanned
+    summarize_published and 8 jobs after it ("Set of input files has changed since last
+    execution"): its input was the packaged CSV by its absolute path in the checkout. It is
+    now the CSV's content hash, a param; no input or param holds a path of the checkout."""
+    original = checkout_copy(tmp_path / "original")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    command = [sys.executable, "-m", "snakemake", "--configfile", "config/published.yaml", "--cores", "2"]
+    done = subprocess.run(command, cwd=original, capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode == 0, done.stderr[-4000:]
+    copied = tmp_path / "copied"
+    subprocess.run(["cp", "-a", str(original), str(copied)], check=True)
+    dry = subprocess.run([*command, "-n"], cwd=copied, capture_output=True, text=True, timeout=600, env=env)
+    output = dry.stdout + dry.stderr
+    assert dry.returncode == 0, output[-4000:]
+    assert "Nothing to be done" in output, output[-4000:]
+    records = copied / ".snakemake" / "metadata"
+    for record in records.iterdir():  # what Snakemake recorded of each output's job
+        assert str(original) not in record.read_text(errors="replace"), f"{record.name} holds a path of the checkout"

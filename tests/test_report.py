@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lmsat.report import key_numbers, paper_comparison, paper_values, summary_page, table_page
+from lmsat.report import comparison_text, key_numbers, paper_comparison, paper_values, summary_page, table_page
 from lmsat.verdict import VERDICT_COLUMNS, verdict_from_paired
 
 
@@ -95,6 +95,33 @@ def test_toy_run_is_shown_beside_the_paper_without_differences():
     assert float(dict(zip(head, body[0]))["final_loss"]) == pytest.approx(3.3)
 
 
+def test_an_own_run_shows_no_comparison_without_a_counterpart_and_rounds_its_shortfalls():
+    """Issue 44: an own run (two sizes, no suite or model of the paper's) printed an 18-row
+    "compared with the paper" table, all NaN, and shortfalls of -1.503e-14 (a law fitted
+    through exactly two sizes)."""
+    comparison = paper_comparison(paper_values(), {"mine-s": "mine", "mine-l": "mine"})
+    assert len(comparison) == len(paper_values()["values"]) and comparison["measured"].isna().all()
+    assert comparison_text(comparison).startswith(f"none of the paper's {len(comparison)} values has a counterpart")
+    shortfall = pd.DataFrame([dict(model=m, kind=k, shortfall_pct=v) for m, k, v in (
+        ("toy-d16", "best", 2.345678), ("toy-d16", "final", 5.0), ("toy-d32", "best", -1.503e-14),
+        ("toy-d32", "final", 1.2e-14))])
+    numbers = key_numbers(loss_table(), {"toy-d16": 16, "toy-d32": 32}, shortfall=shortfall)
+    html = summary_page("summary", ["a fact"], numbers, comparison, "Godey et al.")
+    assert 'class="sortable comparison"' not in html and "None of the paper's 18 values" in unescape(html)
+    head, body = cells(html, "sortable key-numbers")
+    shown = {row[0]: dict(zip(head, row)) for row in body}
+    assert shown["toy-d32"]["best_shortfall_pct"] == shown["toy-d32"]["final_shortfall_pct"] == "0"
+    assert shown["toy-d16"]["best_shortfall_pct"] == "2.35" and "e-14" not in html
+    # a Pythia run: only the values it measured are shown (ARC-e was not run); the CSV keeps all
+    suites, fit, table1, heads = pythia_like()
+    pythia = paper_comparison(paper_values(), suites, fit=fit, table1=table1, heads=heads)
+    head, body = cells(summary_page("summary", [], numbers, pythia, "Godey et al."), "sortable comparison")
+    quantities = [dict(zip(head, row))["quantity"] for row in body]
+    assert len(quantities) == pythia["measured"].notna().sum() < len(pythia)
+    assert "Pythia-160M best: SciQ acc." in quantities and "Pythia-160M best: ARC-e acc." not in quantities
+    assert "ARC-e" not in comparison_text(pythia) and "SciQ" in comparison_text(pythia)
+
+
 def test_the_summary_leads_with_a_verdict_per_model_with_its_rise_and_interval():
     rng = np.random.default_rng(0)
     difficulty = rng.normal(0, 0.3, 200)
@@ -114,6 +141,14 @@ def test_the_summary_leads_with_a_verdict_per_model_with_its_rise_and_interval()
     assert shown["toy-d16"]["verdict"] == "saturates" and shown["toy-d16"]["best_step"] == "20"
     low, high = (float(x.replace("\u2212", "-")) for x in shown["toy-d16"]["rise interval (90%)"].strip("[]").split(", "))
     assert 0 < low < 0.1 < high and shown["toy-d16"]["final_step"] == "40"
-    assert shown["toy-d32"]["verdict"] == "no evidence" and shown["toy-d32"]["rise (nats)"].startswith("none")
+    assert shown["toy-d16"]["the interval is"].startswith("above 0")
+    # the final is the lowest: a negative rise inside its interval, which lies below 0 and says so
+    # (issue 44: "rise 0.0" beside [-0.035, -0.023] read as a contradiction)
+    d32 = shown["toy-d32"]
+    assert d32["verdict"] == "no evidence" and d32["rise (nats)"].endswith("(the final is the lowest)")
+    rise = float(d32["rise (nats)"].split()[0])
+    low, high = (float(x) for x in d32["rise interval (90%)"].strip("[]").split(", "))
+    assert low <= rise <= high < 0 and d32["the interval is"].startswith("below 0")
     assert shown["toy-d64"]["verdict"] == "too few checkpoints" and shown["toy-d64"]["rise interval (90%)"] == "–"
-    assert "biases it up" in unescape(html)
+    assert "biases it up" in unescape(html) and "always contains the measured rise" in unescape(html)
+    assert "excludes 0 exactly when" not in unescape(html)

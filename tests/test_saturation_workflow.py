@@ -19,7 +19,7 @@ from lmsat.io import read_json, write_json
 from lmsat.scaling import count_model_parameters, count_parameters
 from lmsat.tables import loss_table, model_sizes, scaling_tables, select_checkpoints, table1, write_csv
 
-from conftest import ROOT, script
+from conftest import ROOT, clone_like, script
 
 TRUE_A, TRUE_ALPHA = 119.09, 0.246  # the paper's fit
 HOFFMANN = dict(B=410.7, beta=0.28, E=1.69)
@@ -217,16 +217,20 @@ def test_best_job_reuses_the_final_json_when_they_coincide(tmp_path):
 # ---------------------------------------------------------------- the plan
 
 
-def snakemake_dry_run(*args):
+def snakemake_dry_run(workdir, *args):
+    """A dry run of this checkout's workflow in `workdir`, laid out as a fresh clone: never in
+    the checkout, where `make run` leaves nothing to be done."""
     result = subprocess.run(
-        [sys.executable, "-m", "snakemake", "-n", *args], cwd=ROOT, capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "snakemake", "-n", "-s", str(ROOT / "Snakefile"), "--directory", str(clone_like(workdir)),
+         *args],
+        capture_output=True, text=True, timeout=300,
     )
     return result.returncode, result.stdout + result.stderr
 
 
-def test_default_plan_evaluates_best_and_final_behind_the_checkpoint():
+def test_default_plan_evaluates_best_and_final_behind_the_checkpoint(tmp_path):
     targets = ["results/default/tables/table1.csv", "results/default/tables/scaling_fit.csv", "results/default/figures/fig1b_scaling.png"]
-    code, output = snakemake_dry_run(*targets, "--quiet", "rules")
+    code, output = snakemake_dry_run(tmp_path, *targets, "--quiet", "rules")
     assert code == 0, output[-2000:]
     counts = dict(line.split() for line in output.splitlines() if len(line.split()) == 2 and line.split()[1].isdigit())
     assert counts["evaluate_checkpoint"] == str(4 * 2 * 2)  # toy models x {best, final} x 2 offline tasks
@@ -239,7 +243,7 @@ def test_unknown_evaluation_task_fails_before_any_job(tmp_path, default_config):
     default_config["evaluation"]["tasks"] = ["synthetic_ppl", "hellaswag"]
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump(default_config))
-    code, output = snakemake_dry_run("--configfile", str(bad))
+    code, output = snakemake_dry_run(tmp_path, "--configfile", str(bad))
     assert code != 0
     assert "evaluation.tasks[1]" in output and "has no Table 1 metric" in output
     assert "Job stats" not in output

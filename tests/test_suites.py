@@ -13,7 +13,9 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 from collections import defaultdict
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -22,18 +24,22 @@ from lmsat.config import load_plan, load_yaml
 from lmsat.figures import FIGURES
 from lmsat.metrics import table_metric
 
-from conftest import ROOT, SCHEMA
+from conftest import ROOT, SCHEMA, clone_like
 
 PYTHIA = ["14m", "31m", "70m", "160m", "410m", "1b", "1.4b", "2.8b", "6.9b", "12b"]
 
 
 def dry_run(configfile: str):
-    """(rule -> list of wildcard dicts, output) of `snakemake -n --configfile configfile`."""
+    """(rule -> list of wildcard dicts, output) of `snakemake -n --configfile configfile`
+    (relative to the checkout), in a scratch directory laid out as a fresh clone: never in
+    the checkout, whose results/ and .snakemake/ are the user's."""
     env = dict(os.environ, HF_HUB_OFFLINE="1")
-    result = subprocess.run(
-        [sys.executable, "-m", "snakemake", "-n", "--configfile", configfile],
-        cwd=ROOT, capture_output=True, text=True, timeout=600, env=env,
-    )
+    with tempfile.TemporaryDirectory(prefix="lmsat-dry-run-") as workdir:
+        result = subprocess.run(
+            [sys.executable, "-m", "snakemake", "-n", "-s", str(ROOT / "Snakefile"), "--directory",
+             str(clone_like(Path(workdir))), "--configfile", str(ROOT / configfile)],
+            capture_output=True, text=True, timeout=600, env=env,
+        )
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-3000:]
     jobs = defaultdict(list)

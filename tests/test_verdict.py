@@ -31,6 +31,7 @@ from lmsat.verdict import (
     VERDICT_COLUMNS,
     max_z_quantile,
     sequence_means,
+    simulated_coverage,
     simulated_rate,
     verdict_from_estimates,
     verdict_from_paired,
@@ -50,6 +51,16 @@ def rise_curve(rise_se: float, k: int = 7, bottom: int | None = None) -> np.ndar
     fall = np.array([400.0, 200.0, 80.0, 25.0, 6.0, 0.0])[-(bottom + 1):]  # far above, then near the bottom
     climb = rise_se * np.arange(1, k - bottom) / (k - bottom - 1)
     return np.concatenate([fall, climb])
+
+
+# True curves (in standard errors of the final's paired difference from its lowest earlier
+# checkpoint) on which the interval's coverage is simulated: theta = 0, > 0 and < 0.
+COVERAGE_CURVES = {
+    "flat": lambda k: np.zeros(k),
+    "rising 2 SE to the final": lambda k: rise_curve(2.0, k),
+    "still falling: the final 2 SE below the lowest earlier": lambda k: np.concatenate(
+        [np.array([400.0, 200.0, 80.0, 25.0, 6.0, 2.0, 1.0, 0.0])[-(k - 1):], [-2.0]]),
+}
 
 
 @pytest.fixture(scope="module")
@@ -80,6 +91,18 @@ def test_a_late_rise_of_4_standard_errors_is_detected_in_90_percent(toy_losses):
     assert 0 < se < 0.02  # the paired SE of toy-d64's step-400-to-final difference, in nats
 
 
+@pytest.mark.parametrize("name", list(COVERAGE_CURVES))
+def test_the_interval_holds_the_true_rise_at_its_level(toy_losses, name):
+    """[rise_low, rise_high] bounds theta, the true rise of the final above the best earlier
+    checkpoint (issue 44: read as a contradiction where it lay below 0): each bound holds in at
+    least 1 - alpha of runs with the run's own noise, both in 1 - 2 alpha, whatever theta's sign."""
+    found = simulated_coverage(toy_losses, COVERAGE_CURVES[name](len(toy_losses)), curves=CURVES, alpha=ALPHA,
+                               draws=DRAWS, seed=3)
+    lowest = 1 - ALPHA - 3 * math.sqrt(ALPHA * (1 - ALPHA) / CURVES)  # 3 binomial SE below the claim
+    assert found["low"] >= lowest and found["high"] >= lowest, found
+    assert found["both"] >= 1 - 2 * ALPHA - 3 * math.sqrt(2 * ALPHA * (1 - 2 * ALPHA) / CURVES), found
+
+
 def test_few_sequences_keep_the_size_with_the_t_critical_value():
     """With 8 sequences the normal critical value called 13% of flat curves saturates; the
     multivariate t one (df = n - 1) keeps it near alpha."""
@@ -108,12 +131,43 @@ def test_the_interval_and_the_verdict_agree_and_a_rise_is_found():
     assert tuple(v.as_row()) == VERDICT_COLUMNS[1:]
 
 
-def test_a_curve_whose_lowest_point_is_the_final_gets_no_evidence_and_no_rise():
+def test_a_curve_whose_lowest_point_is_the_final_gets_no_evidence_and_a_negative_rise_inside_its_interval():
+    """Issue 44: the toy's verdicts table read `rise 0.0` beside a 90% interval [-0.035, -0.023].
+    The interval bounds the final minus the best earlier checkpoint; its estimate is now the rise."""
     rng = np.random.default_rng(5)
     losses = np.array([4.0, 3.5, 3.2, 3.1])[:, None] + rng.normal(0, 0.3, 50)[None, :] + rng.normal(0, 0.02, (4, 50))
     v = verdict_from_paired([0, 1, 2, 3], losses)
     assert v.verdict == NO_EVIDENCE and v.best_step == v.final_step == 3
-    assert v.rise == 0 and math.isnan(v.rise_se) and v.rise_high < 0  # the final is below every earlier one
+    means = losses.mean(axis=1)
+    assert v.rise == pytest.approx(means[3] - means[2], abs=1e-12)  # the final minus the lowest earlier one
+    assert v.rise_low <= v.rise <= v.rise_high < 0 and v.rise_se > 0  # the final is below every earlier one
+
+
+@pytest.mark.parametrize("paired", [True, False])
+def test_the_rise_always_lies_in_its_interval_and_saturates_exactly_when_it_is_above_0(paired):
+    rng = np.random.default_rng(11)
+    readings = set()
+    for _ in range(300):
+        k = int(rng.integers(3, 9))
+        curve = np.cumsum(rng.normal(0, 0.05, k))  # any shape: falling, flat, rising
+        if paired:
+            losses = curve[:, None] + rng.normal(0, 0.3, 40)[None, :] + rng.normal(0, 0.05, (k, 40))
+            v = verdict_from_paired(np.arange(k), losses, draws=2000)
+        else:
+            v = verdict_from_estimates(np.arange(k), curve + rng.normal(0, 0.02, k), np.full(k, 0.02), draws=2000)
+        assert v.rise_low <= v.rise <= v.rise_high, v
+        assert (v.verdict == SATURATES) == (v.rise_low > 0), v
+        readings.add((v.rise_low > 0, v.rise_high < 0))
+    assert readings == {(True, False), (False, True), (False, False)}  # above, below and across 0 all met
+
+
+def test_a_checkpoint_identical_to_the_final_bounds_the_rise_below_by_0():
+    """Its difference has no noise (se 0, no t statistic): it enters the bounds as it is."""
+    rng = np.random.default_rng(6)
+    losses = np.array([4.0, 3.5, 3.2, 3.2])[:, None] + rng.normal(0, 0.3, 50)[None, :] + rng.normal(0, 0.02, (4, 50))
+    losses[2] = losses[3]  # the same weights saved twice
+    v = verdict_from_paired([0, 1, 2, 3], losses)
+    assert v.verdict == NO_EVIDENCE and v.rise == 0 and v.rise_low == 0 <= v.rise_high
 
 
 def test_too_few_checkpoints_and_bad_input():
@@ -194,7 +248,7 @@ def test_the_table_of_a_real_run_whose_final_is_its_best_says_no_evidence(real_r
     assert list(table.columns) == list(VERDICT_COLUMNS) and len(table) == 1
     row = table.iloc[0]
     assert row["verdict"] == NO_EVIDENCE and row["best_step"] == row["final_step"] == 60
-    assert row["checkpoints"] == 4 and row["units"] == 48 and row["rise"] == 0
+    assert row["checkpoints"] == 4 and row["units"] == 48 and row["rise_low"] <= row["rise"] < 0
     # the loss metric's sequence means are the cache's per-token losses, averaged per sequence
     with open_cache(caches[60]) as cache:
         assert row["final_loss"] == pytest.approx(sequence_means(cache["loss"][...]).mean(), rel=1e-12)

@@ -20,6 +20,7 @@ say).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -102,6 +103,12 @@ def source() -> dict:
     text = resources.files("lmsat").joinpath(CSV_NAME).read_text(encoding="utf-8")
     commit = re.search(r"at commit ([0-9a-f]{40})", text).group(1)
     return dict(repository=REPOSITORY, commit=commit, license=LICENSE, harness=HARNESS)
+
+
+def packaged_sha256() -> str:
+    """The sha256 of the packaged CSV's bytes: what a job that reads it depends on, the same
+    wherever lmsat lies (this checkout, a copy of it, a module's clone, an install)."""
+    return hashlib.sha256(resources.files("lmsat").joinpath(CSV_NAME).read_bytes()).hexdigest()
 
 
 def published_evals() -> pd.DataFrame:

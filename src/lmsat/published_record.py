@@ -221,7 +221,7 @@ def summary_page(products: dict[str, pd.DataFrame], source: dict, figures=()) ->
     fit's constants and shortfalls, and the paper's Table 1 beside the published 160M cells."""
     import html
 
-    from lmsat.report import figure_links, html_table, page
+    from lmsat.report import figure_links, html_table, interval_reading, page
 
     verdict_table, fit = products["published_verdicts"], products["published_scaling_fit"].iloc[0]
     table = products["published_table1"]
@@ -232,8 +232,11 @@ def summary_page(products: dict[str, pd.DataFrame], source: dict, figures=()) ->
         verdict_summary(verdict_table),
         "Test: lmsat.verdict.verdict_from_estimates, a one-sided max-t test of the final checkpoint against every "
         "earlier one (steps > 0) on log(LAMBADA ppl), standard errors ppl_se / ppl (delta method) taken as "
-        "independent, which is conservative; the interval is simultaneous "
-        f"({round(100 * (1 - 2 * verdict_table['alpha'].iloc[0]))}%).",
+        "independent, which is conservative. rise: the final's log(ppl) minus the lowest earlier one (negative: the "
+        "final is the lowest); its interval bounds the true rise simultaneously over which earlier step is truly best "
+        f"({round(100 * (1 - 2 * verdict_table['alpha'].iloc[0]))}%) and always contains the measured rise: above 0 "
+        "it is the verdict saturates, below 0 the final is better than every earlier step beyond noise, across 0 "
+        "neither is shown.",
         f"Power law log(ppl) = {fit['A']:.4g} / N^{fit['alpha']:.4g} fitted on {int(fit['n_sizes'])} sizes >= "
         f"{fit['min_params']:.3g} non-embedding parameters (B = 0, E = 0: Hoffmann's constants describe the Pile "
         f"loss, not LAMBADA); mean shortfall of the smaller models: final {fit['mean_shortfall_final_pct']:+.1f}%, "
@@ -248,7 +251,8 @@ def summary_page(products: dict[str, pd.DataFrame], source: dict, figures=()) ->
     ]
     lines = "".join(f"<li>{html.escape(verdict_line(r))}</li>" for r in verdict_table.to_dict("records"))
     shown = verdict_table[["model", "verdict", "best_step", "final_step", "rise", "rise_low", "rise_high",
-                           "p_value", "checkpoints"]]
+                           "p_value", "checkpoints"]].assign(
+        **{"the interval is": [interval_reading(r.rise_low, r.rise_high) for r in verdict_table.itertuples()]})
     body = (
         f"<h1>EleutherAI's published record of Pythia</h1>\n<p class=\"note\">{html.escape(LABEL)}</p>\n"
         + (figure_links(list(figures)) if figures else "")

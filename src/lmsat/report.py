@@ -231,6 +231,32 @@ def paper_comparison(paper: dict, suites: dict[str, str], fit=None, table1: pd.D
     return pd.DataFrame(rows, columns=COMPARISON_COLUMNS)
 
 
+# A shortfall is shown to 0.01 percentage points: far below the loss's own standard error
+# (0.1% or more on lmsat's samples), far above the fit's float rounding (a law fitted through
+# exactly two sizes leaves them shortfalls of 1e-14 %, which is 0).
+SHORTFALL_DECIMALS = 2
+
+
+def shortfall_shown(value: float) -> float:
+    """A shortfall (%) rounded as the summary shows it (SHORTFALL_DECIMALS), -0 as 0."""
+    return round(value, SHORTFALL_DECIMALS) + 0.0
+
+
+def with_counterpart(comparison: pd.DataFrame) -> pd.DataFrame:
+    """The rows of a paper comparison this run measured a counterpart of; the others (a
+    model, suite or task the run does not have) are all NaN, left to the CSV."""
+    return comparison[comparison["measured"].notna()]
+
+
+def comparison_text(comparison: pd.DataFrame) -> str:
+    """The paper comparison as a log shows it: the rows with a counterpart, or why none."""
+    shown = with_counterpart(comparison)
+    if not len(shown):
+        return (f"none of the paper's {len(comparison)} values has a counterpart in this run (its models, suites "
+                "and tasks are not the paper's)")
+    return shown.to_string()
+
+
 def key_numbers(loss: pd.DataFrame, hidden_sizes: dict[str, int], shortfall: pd.DataFrame | None = None,
                 heads: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per model (loss table order, i.e. by size): d, checkpoints, best and final
@@ -248,7 +274,8 @@ def key_numbers(loss: pd.DataFrame, hidden_sizes: dict[str, int], shortfall: pd.
         if shortfall is not None:
             for kind in ("best", "final"):
                 match = shortfall[(shortfall["model"] == model) & (shortfall["kind"] == kind)]
-                row[f"{kind}_shortfall_pct"] = float(match["shortfall_pct"].iloc[0]) if len(match) else math.nan
+                row[f"{kind}_shortfall_pct"] = (shortfall_shown(float(match["shortfall_pct"].iloc[0])) if len(match)
+                                                else math.nan)
         if heads is not None:
             point = heads[(heads["model"] == model) & heads["rise_point"].astype(bool)]
             row["risen_up_to_rank"] = int(point["rank"].iloc[0]) if len(point) else None
@@ -260,39 +287,61 @@ def _signed(value: float) -> str:
     return "–" if math.isnan(value) else f"{value:+.3g}"
 
 
+def interval_reading(low: float, high: float) -> str:
+    """What a verdict's interval of the true rise says, in words: above 0 (the final is worse
+    than some earlier checkpoint beyond noise: saturates), below 0 (better than every earlier
+    one beyond noise: still improving) or across 0 (neither)."""
+    if math.isnan(low) or math.isnan(high):
+        return "–"
+    if low > 0:
+        return "above 0: the final is worse than the best earlier checkpoint"
+    if high < 0:
+        return "below 0: the final is better than every earlier checkpoint"
+    return "across 0: no rise or fall shown"
+
+
 def verdict_rows(verdicts: pd.DataFrame) -> pd.DataFrame:
     """The summary's first table, one row per model of results/tables/saturation_verdicts.csv
-    (lmsat.verdict): the verdict, the observed rise of the final above the best checkpoint
-    (none where the final is the best: no rise is shown as a finding), its simultaneous
-    interval, its standard error, the p-value, the best and the final step."""
+    (lmsat.verdict): the verdict, the measured rise of the final above the lowest earlier
+    checkpoint (negative: the final is the lowest), the simultaneous interval of the true
+    rise (which always contains the measured one) and what it says, its standard error, the
+    p-value, the best and the final step."""
     rows = []
     for v in verdicts.to_dict("records"):
         final_is_best = int(v["best_step"]) == int(v["final_step"])
         measured = v["verdict"] != "too few checkpoints"
         level = f"{100 * (1 - 2 * float(v['alpha'])):.0f}%"
-        rise = ("none: the final is the lowest" if final_is_best else _signed(float(v["rise"]))) if measured else "–"
-        interval = f"[{_signed(float(v['rise_low']))}, {_signed(float(v['rise_high']))}]" if measured else "–"
+        low, high = float(v["rise_low"]), float(v["rise_high"])
+        rise = (_signed(float(v["rise"])) + (" (the final is the lowest)" if final_is_best else "")) if measured else "–"
+        interval = f"[{_signed(low)}, {_signed(high)}]" if measured else "–"
         rows.append({"model": v["model"], "verdict": v["verdict"], "rise (nats)": rise,
-                     f"rise interval ({level})": interval, "rise_se": float(v["rise_se"]),
-                     "p_value": float(v["p_value"]), "best_step": int(v["best_step"]),
+                     f"rise interval ({level})": interval, "the interval is": interval_reading(low, high),
+                     "rise_se": float(v["rise_se"]), "p_value": float(v["p_value"]), "best_step": int(v["best_step"]),
                      "final_step": int(v["final_step"]), "checkpoints": int(v["checkpoints"])})
     return pd.DataFrame(rows)
+
+
+VERDICT_NOTE = (
+    "A one-sided max-t test of the final checkpoint's loss against every earlier one's, paired over the same "
+    "{units:,} eval sequences at every checkpoint (sequences are the independent units; docs/saturation.md). "
+    "saturates: the final is worse than some earlier checkpoint beyond noise, at level {alpha:g} after "
+    "accounting for picking the best of many noisy checkpoints; no evidence: it is not (which is not evidence "
+    "of no rise); too few checkpoints: fewer than saturation.min_checkpoints. rise = the final's loss − the "
+    "lowest earlier checkpoint's, as measured (negative: the final is the lowest so far): picking the lowest of "
+    "many noisy losses biases it up, which is why the summary no longer gives final ÷ best − 1 as the "
+    "saturation. The interval bounds the true rise, simultaneously over which earlier checkpoint is truly best "
+    "({level:.0f}%: each bound {bound:.0f}%), and always contains the measured rise. Above 0 it is the verdict "
+    "saturates; below 0 the final is better than every earlier checkpoint beyond noise (still improving); "
+    "across 0 neither is shown. rise_se: standard error of the paired difference between the final and the "
+    "lowest earlier checkpoint. Table: results/tables/saturation_verdicts.csv."
+)
 
 
 def verdict_section(verdicts: pd.DataFrame) -> list[str]:
     """The summary's lead: does each model saturate, and how sure are we (verdict_rows)."""
     alpha = float(verdicts["alpha"].iloc[0]) if len(verdicts) else 0.05
     units = int(verdicts["units"].max()) if len(verdicts) else 0
-    note = (f"A one-sided max-t test of the final checkpoint's loss against every earlier one's, paired over "
-            f"the same {units:,} eval sequences at every checkpoint (sequences are the independent units; "
-            f"docs/saturation.md). saturates: the final is worse than some earlier checkpoint beyond noise, "
-            f"at level {alpha:g} after accounting for picking the best of many noisy checkpoints; no evidence: "
-            "it is not (which is not evidence of no rise); too few checkpoints: fewer than saturation."
-            "min_checkpoints. rise = final − best loss as measured: picking the lowest of many noisy losses "
-            "biases it up, which is why the summary no longer gives final ÷ best − 1 as the saturation. The "
-            f"interval is simultaneous over the choice of the best ({100 * (1 - 2 * alpha):.0f}%: each bound "
-            f"{100 * (1 - alpha):.0f}%); it excludes 0 exactly when the verdict is saturates. rise_se: standard "
-            "error of the paired best-to-final difference. Table: results/tables/saturation_verdicts.csv.")
+    note = VERDICT_NOTE.format(units=units, alpha=alpha, level=100 * (1 - 2 * alpha), bound=100 * (1 - alpha))
     return ["<h2>Saturation verdicts, by model (smallest first)</h2>", f"<p class=\"note\">{html.escape(note)}</p>",
             html_table(verdict_rows(verdicts), css_class="sortable verdicts")]
 
@@ -339,14 +388,22 @@ def summary_page(title: str, facts: list[str], numbers: pd.DataFrame, comparison
     beside them, and EleutherAI's published evaluations of its Pythia checkpoints beside its
     own lm-eval results (`published`, when the run has any such checkpoint)."""
     comparable = bool(comparison["comparable"].any()) if len(comparison) else False
-    shown = comparison.copy()
+    shown = with_counterpart(comparison)  # a value the run has no counterpart of: in the CSV only
     if not comparable:  # the paper's values this run has a counterpart of, without a difference
-        shown = shown[shown["measured"].notna()].drop(columns=["difference", "difference_pct"])
-    intro = ("Differences are measured − paper, for the values whose suite or model this run has."
+        shown = shown.drop(columns=["difference", "difference_pct"])
+    intro = ("Differences are measured − paper, for the values whose suite or model this run has "
+             "(the values it measured no counterpart of are in the CSV)."
              if comparable else
              "This run has none of the paper's models, so nothing here is a reproduction: the "
              "paper's values stand beside this run's counterparts for orientation, without a difference "
              "(the values it has no counterpart of, e.g. Table 1 of Pythia-160M, are in the CSV).")
+    if len(shown):
+        comparison_table = html_table(shown, css_class="sortable comparison")
+    else:
+        comparison_table = (f"<p class=\"note\">None of the paper's {len(comparison)} values has a counterpart "
+                            "in this run: its models, suites and tasks are not the paper's "
+                            "(results/tables/paper_comparison.csv lists them).</p>")
+        intro = "This run has none of the paper's models, so nothing here is a reproduction."
     body = "\n".join([
         f"<h1>{html.escape(title)}</h1>",
         *(verdict_section(verdicts) if verdicts is not None else []),
@@ -362,7 +419,7 @@ def summary_page(title: str, facts: list[str], numbers: pd.DataFrame, comparison
         "<h2>Compared with the paper</h2>",
         f"<p class=\"note\">{html.escape(intro)} Paper values: {html.escape(source)}, "
         "section and figure as given (~ marks a value the paper gives approximately).</p>",
-        html_table(shown, css_class="sortable comparison"),
+        comparison_table,
         *(published_section(published, published_source, shots) if published is not None and len(published) else []),
     ])
     return page(title, body, script=False)  # embedded in the report's landing page

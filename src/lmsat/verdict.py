@@ -14,12 +14,16 @@ R is the correlation of the d_k (they share the final's noise, and with paired s
 per-sequence difficulty cancels). The least favourable null is the flat curve (all
 mu_k = mu_final); any earlier checkpoint that is truly worse only lowers T, so the size is at
 most alpha. The same c gives a simultaneous interval for the true rise of the final above the
-best checkpoint, theta = max_k (mu_final - mu_k):
+best earlier checkpoint, theta = max_k (mu_final - mu_k), negative when the final is truly
+below every earlier checkpoint (still improving):
 
     low = max_k (mean(d_k) - c se_k)   high = max_k (mean(d_k) + c se_k)
 
 each bound holds with probability >= 1 - alpha, so [low, high] is a (1 - 2 alpha) interval
-(90% at alpha = 0.05); `saturates` exactly when low > 0.
+(90% at alpha = 0.05). Its point estimate, `rise` = max_k mean(d_k) = the final's loss minus
+the lowest earlier one, lies inside it (each term lies between the two bounds' terms).
+Reading it: `saturates` exactly when low > 0 (the interval above 0); high < 0 (below 0): the
+final is below every earlier checkpoint beyond noise; across 0: no evidence either way.
 
 Two sources of the d_k's covariance:
 - paired samples (`verdict_from_paired`): a model run scores the same sequences at every
@@ -60,10 +64,12 @@ class Verdict:
     best_step: int  # step of the lowest loss (the final's when it is the lowest)
     best_loss: float
     final_loss: float
-    rise: float  # final - best loss, >= 0 (observed; biased up by the pick of the best)
-    rise_se: float  # standard error of the paired (or independent) best-to-final difference
-    rise_low: float  # simultaneous lower bound of the true rise (1 - alpha); > 0 iff saturates
-    rise_high: float  # simultaneous upper bound (1 - alpha)
+    # the final's loss minus the lowest earlier one: the point estimate of theta, which
+    # [rise_low, rise_high] bounds; < 0 when the final is the lowest (biased up by the pick)
+    rise: float
+    rise_se: float  # standard error of that difference (paired, or independent)
+    rise_low: float  # simultaneous lower bound of theta (1 - alpha); > 0 iff saturates
+    rise_high: float  # simultaneous upper bound of theta (1 - alpha); < 0: the final is below every earlier one
     t_max: float  # max_k t_k (nan when too few checkpoints)
     critical: float  # c: the 1 - alpha quantile of max_k Z_k under the flat-curve null
     p_value: float  # P(max_k Z_k >= t_max) under the flat-curve null
@@ -143,12 +149,14 @@ def verdict_from_differences(steps, losses, rise_mean, rise_cov, alpha: float = 
     rise_cov = np.asarray(rise_cov, dtype=np.float64)
     se = np.sqrt(np.clip(np.diag(rise_cov), 0.0, None))  # (K-1,)
     best = int(np.argmin(losses))
-    rise = float(losses[-1] - losses[best])
-    # A checkpoint identical to the final (se 0, difference 0) says nothing: left out of the max.
+    earlier = int(np.argmin(losses[:-1]))  # the lowest earlier checkpoint: theta's estimate is the final minus it
+    rise = float(losses[-1] - losses[earlier])
+    # A difference with no noise (se 0: e.g. a checkpoint identical to the final, difference 0)
+    # has no t statistic: left out of the max-t test, it enters both bounds as it is.
     informative = se > 0
     if not informative.any():
         critical, t_max, p_value = math.nan, math.nan, 1.0
-        low = high = rise
+        low = high = -math.inf
     else:
         mean, se_used = rise_mean[informative], se[informative]
         correlation = rise_cov[np.ix_(informative, informative)] / np.outer(se_used, se_used)
@@ -160,7 +168,10 @@ def verdict_from_differences(steps, losses, rise_mean, rise_cov, alpha: float = 
         p_value = float((exceed + 1) / (len(maxima) + 1))
         low = float(np.max(mean - critical * se_used))
         high = float(np.max(mean + critical * se_used))
-    rise_se = float(se[best]) if best < len(se) else math.nan  # the final is the best: no difference
+    if not informative.all():
+        exact = float(rise_mean[~informative].max())
+        low, high = max(low, exact), max(high, exact)
+    rise_se = float(se[earlier])
     saturates = best != len(steps) - 1 and low > 0
     return Verdict(SATURATES if saturates else NO_EVIDENCE, len(steps), int(steps[-1]), int(steps[best]),
                    float(losses[best]), float(losses[-1]), rise, rise_se, low, high, t_max, critical, p_value,
@@ -219,6 +230,32 @@ def sequence_means(token_losses: np.ndarray) -> np.ndarray:
     return token_losses.mean(axis=1)
 
 
+def _simulated_runs(per_unit_losses, curve_se, curves: int, alpha: float, min_checkpoints: int, draws: int,
+                    seed: int, best: int | None):
+    """(the true curve (K,) in loss units, the SE in loss units, a generator of the verdicts of
+    `curves` resampled runs about it): simulated_rate's and simulated_coverage's runs."""
+    losses = np.asarray(per_unit_losses, dtype=np.float64)
+    if losses.ndim != 2 or losses.shape[0] < 2 or losses.shape[1] < 2:
+        raise ValueError(f"per_unit_losses must be (checkpoints >= 2, units >= 2), got {losses.shape}")
+    k, n = losses.shape
+    residuals = losses - losses.mean(axis=1, keepdims=True)  # (K, n): the run's noise about a flat curve
+    shape = np.zeros(k) if curve_se is None else np.asarray(curve_se, dtype=np.float64)
+    if shape.shape != (k,):
+        raise ValueError(f"curve_se must have one value per checkpoint ({k}), got shape {shape.shape}")
+    best = int(np.argmin(shape)) if best is None else best
+    se = float(np.std(residuals[-1] - residuals[best]) / math.sqrt(n))  # population sd: the resampled world's
+    curve = float(losses.mean()) + se * shape  # (K,)
+    steps = np.arange(k)
+
+    def runs():
+        rng = np.random.default_rng(seed)
+        for _ in range(curves):
+            units = rng.integers(0, n, size=n)
+            yield verdict_from_paired(steps, curve[:, None] + residuals[:, units], alpha, min_checkpoints, draws)
+
+    return curve, se, runs()
+
+
 def simulated_rate(per_unit_losses, curve_se=None, curves: int = 1000, alpha: float = DEFAULT_ALPHA,
                    min_checkpoints: int = DEFAULT_MIN_CHECKPOINTS, draws: int = NULL_DRAWS, seed: int = 0,
                    best: int | None = None) -> tuple[float, int, float]:
@@ -233,22 +270,25 @@ def simulated_rate(per_unit_losses, curve_se=None, curves: int = 1000, alpha: fl
     curve (the test's least favourable null, so the rate is its size). -> (rate, the number
     of `saturates`, the SE in loss units). `best`: the curve's minimum (its argmin by default).
     """
-    losses = np.asarray(per_unit_losses, dtype=np.float64)
-    if losses.ndim != 2 or losses.shape[0] < 2 or losses.shape[1] < 2:
-        raise ValueError(f"per_unit_losses must be (checkpoints >= 2, units >= 2), got {losses.shape}")
-    k, n = losses.shape
-    residuals = losses - losses.mean(axis=1, keepdims=True)  # (K, n): the run's noise about a flat curve
-    shape = np.zeros(k) if curve_se is None else np.asarray(curve_se, dtype=np.float64)
-    if shape.shape != (k,):
-        raise ValueError(f"curve_se must have one value per checkpoint ({k}), got shape {shape.shape}")
-    best = int(np.argmin(shape)) if best is None else best
-    se = float(np.std(residuals[-1] - residuals[best]) / math.sqrt(n))  # population sd: the resampled world's
-    curve = float(losses.mean()) + se * shape  # (K,)
-    steps = np.arange(k)
-    rng = np.random.default_rng(seed)
-    hits = 0
-    for _ in range(curves):
-        units = rng.integers(0, n, size=n)
-        verdict = verdict_from_paired(steps, curve[:, None] + residuals[:, units], alpha, min_checkpoints, draws)
-        hits += verdict.verdict == SATURATES
+    _, se, runs = _simulated_runs(per_unit_losses, curve_se, curves, alpha, min_checkpoints, draws, seed, best)
+    hits = sum(verdict.verdict == SATURATES for verdict in runs)
     return hits / curves, hits, se
+
+
+def simulated_coverage(per_unit_losses, curve_se=None, curves: int = 1000, alpha: float = DEFAULT_ALPHA,
+                       draws: int = NULL_DRAWS, seed: int = 0) -> dict:
+    """How often [rise_low, rise_high] holds the true rise theta = max_k (mu_final - mu_k) of
+    the curve `curve_se` (as simulated_rate, in standard errors of the final's paired
+    difference from its lowest earlier checkpoint), on `curves` runs with a real run's own
+    noise. -> {theta (loss units), low (the share with rise_low <= theta), high (rise_high >=
+    theta), both, curves}; each bound's share should be >= 1 - alpha, both >= 1 - 2 alpha."""
+    shape = np.zeros(len(per_unit_losses)) if curve_se is None else np.asarray(curve_se, dtype=np.float64)
+    earlier = int(np.argmin(shape[:-1]))
+    curve, _, runs = _simulated_runs(per_unit_losses, shape, curves, alpha, DEFAULT_MIN_CHECKPOINTS, draws, seed,
+                                     earlier)
+    theta = float(curve[-1] - curve[:-1].min())
+    low = high = both = 0
+    for verdict in runs:
+        below, above = verdict.rise_low <= theta, verdict.rise_high >= theta
+        low, high, both = low + below, high + above, both + (below and above)
+    return dict(theta=theta, low=low / curves, high=high / curves, both=both / curves, curves=curves)

@@ -226,7 +226,11 @@ if any(CONFIG["select"].values()) and workflow.is_main_process:
 
 
 def _alternatives(values):
-    return "|".join(re.escape(v) for v in sorted(set(values)))
+    """A wildcard constraint matching exactly `values`; none matches nothing ("(?!)"): an
+    empty constraint would leave the wildcard free, and Snakemake would try every rule for
+    every file (a published run's tables through tabulate_metric's input function)."""
+    values = sorted(set(values))
+    return "|".join(re.escape(v) for v in values) if values else "(?!)"
 
 
 wildcard_constraints:

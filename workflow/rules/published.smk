@@ -9,8 +9,6 @@ localrules:
 
 
 rule summarize_published:
-    input:
-        evals=LMSAT_SRC / "lmsat" / "pythia_published_evals.csv",
     output:
         **{name: f"results/{{run}}/tables/{name}.csv" for name in PUBLISHED_TABLES},
         html=report(
@@ -31,6 +29,7 @@ rule summarize_published:
             for name, suite in PUBLISHED.items()
         },
         config_sha256=CONFIG_SHA256,
+        evals_sha256=PUBLISHED_EVALS_SHA256,  # the packaged CSV it reads (published_inputs.smk)
         figures=[f for f in summary_figures() if is_published_figure(f[1])],
     script:
         "../scripts/summarize_published.py"

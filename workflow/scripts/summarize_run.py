@@ -15,7 +15,7 @@ import pandas as pd
 from lmsat.io import atomic_path, read_record, setup_logging
 from lmsat.published import compare, published_evals
 from lmsat.published import source as published_source
-from lmsat.report import key_numbers, paper_comparison, paper_values, summary_page
+from lmsat.report import comparison_text, key_numbers, paper_comparison, paper_values, summary_page
 from lmsat.tables import read_table, write_csv
 
 log = logging.getLogger(__name__)
@@ -68,7 +68,7 @@ def main(snakemake):
     records = [read_record(path, "model", "checkpoint", "task") for path in inputs.get("evaluations", [])]
     identical = read_table(inputs.identical) if "identical" in inputs.keys() else None
     published = compare(records, published_evals(), run_checkpoints(loss), identical)
-    log.info("key numbers:\n%s\ncompared with the paper:\n%s", numbers.to_string(), comparison.to_string())
+    log.info("key numbers:\n%s\ncompared with the paper:\n%s", numbers.to_string(), comparison_text(comparison))
     log.info("%d published evaluations of the run's Pythia checkpoints, %d beside a result of the run",
              len(published), published["measured"].notna().sum())
     here = os.path.dirname(snakemake.output.html)

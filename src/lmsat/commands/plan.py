@@ -15,7 +15,8 @@ resources and benchmark file; from those and the validated config this command r
 - GPU, CPU and staging hours: a job's measured time where the run has benchmark files of its
   rule (benchmarks/out/<run>/<rule>/..., Snakemake's `s` column: the same model's mean, else
   the rule's mean scaled by parameters), else the stated model below, else the rule's
-  runtime limit (an upper bound, said so). A job of a local run forked by the warm
+  runtime limit (an upper bound, said so). Each line says for how many of its jobs the
+  estimate is, and a kind none of whose jobs has a time gets no estimate, said so (not 0.0). A job of a local run forked by the warm
   interpreter (lmsat.warm) did not pay its interpreter's start-up, which a cluster job does
   (TIME_MODEL's start_s): measured on a laptop, a cluster's hours come out low by that much.
 
@@ -203,7 +204,7 @@ class Estimate:
     weights_kept_bytes: float
     cache_bytes: float
     head_cache_bytes: float
-    hours: dict  # "GPU" / "CPU" -> {"measured": h, "model": h, "limit": h}
+    hours: dict  # "GPU" / "CPU" / ... -> {"measured": h, "model": h, "limit": h, "jobs": n, "estimated_jobs": n}
     measured_rules: dict  # rule -> number of benchmark files used
     best_fetches: int = 0  # fetches of best revisions for lm-eval (after the checkpoint)
     limited_rules: tuple = ()  # rules counted at their runtime limits
@@ -256,16 +257,19 @@ def estimate(jobs: list[Job], plan, directory: Path, gpus: int, disk_mb: float |
                + "; never more than the disk minus fetch.min_free_mb")
 
     measured = measured_seconds(directory, plan.run)
-    hours = {label: {"measured": 0.0, "model": 0.0, "limit": 0.0} for label in ("GPU", "CPU", "network staging")}
+    hours = {label: {"measured": 0.0, "model": 0.0, "limit": 0.0, "jobs": 0, "estimated_jobs": 0}
+             for label in ("GPU", "CPU", "network staging")}
     used: Counter = Counter()
     limited: set = set()
     for job in jobs:
         label = {"local": "CPU"}.get(kind(job, STAGING_RULES), kind(job, STAGING_RULES))
         model = models.get(job.wildcards.get("model", ""))
+        hours[label]["jobs"] += 1
         times = measured.get(job.rule, {})
         same = times.get(job.wildcards.get("model", ""), []) or times.get("", [])
         if same:
             hours[label]["measured"] += sum(same) / len(same) / 3600
+            hours[label]["estimated_jobs"] += 1
             used[job.rule] += 1
             continue
         if times and model is not None:  # the rule measured on other models: scaled by parameters
@@ -273,11 +277,13 @@ def estimate(jobs: list[Job], plan, directory: Path, gpus: int, disk_mb: float |
                       for m, v in times.items() if m in models]
             if scaled:
                 hours[label]["measured"] += sum(scaled) / len(scaled) / 3600
+                hours[label]["estimated_jobs"] += 1
                 used[job.rule] += 1
                 continue
         seconds = model_seconds(job, model, config)
         if seconds is not None:
             hours[label]["model"] += seconds / 3600
+            hours[label]["estimated_jobs"] += 1
         else:
             hours[label]["limit"] += limit_seconds(job) / 3600
             if limit_seconds(job) > 0:
@@ -295,6 +301,23 @@ def size(n_bytes: float) -> str:
         if n_bytes >= scale:
             return f"{n_bytes / scale:.1f} {unit}"
     return f"{n_bytes / 1e3:.1f} kB"
+
+
+def hours_line(label: str, parts: dict, run: str) -> str:
+    """One kind's hours: the estimate of the jobs that have one (a measured time or the time
+    model), and at most the runtime limits of the others; no estimate, and why, when none has."""
+    jobs, estimated = parts["jobs"], parts["estimated_jobs"]
+    unestimated = jobs - estimated
+    limits = (f"at most {parts['limit']:,.1f} (their runtime limits, an upper bound)" if parts["limit"] > 0
+              else "no runtime limit to bound them")
+    if not jobs:
+        return f"{label} hours: none (no {label} job)"
+    if not estimated:
+        return (f"{label} hours: no estimate: none of its {jobs:,} jobs has a measured time "
+                f"(benchmarks/out/{run}/) or a time model; {limits}")
+    line = (f"{label} hours: {parts['measured'] + parts['model']:,.1f} estimated for {estimated:,} of {jobs:,} jobs "
+            f"(measured {parts['measured']:,.1f} + model {parts['model']:,.1f})")
+    return line + (f", + for the other {unestimated:,}, {limits}" if unestimated else "")
 
 
 def render(plan: Estimate) -> str:
@@ -318,10 +341,7 @@ def render(plan: Estimate) -> str:
     lines.append(f"results' final size: {size(plan.cache_bytes + plan.head_cache_bytes)} "
                  f"(hidden-state caches {size(plan.cache_bytes)}, rank-head caches {size(plan.head_cache_bytes)})")
     for label in ("GPU", "CPU", "network staging"):
-        parts = plan.hours[label]
-        lines.append(f"{label} hours: {parts['measured'] + parts['model']:,.1f} estimated (measured "
-                     f"{parts['measured']:,.1f} + model {parts['model']:,.1f}), + at most {parts['limit']:,.1f} "
-                     "for jobs with neither (their runtime limits)")
+        lines.append(hours_line(label, plan.hours[label], plan.run))
     measured = ", ".join(f"{rule} ({n:,} jobs)" for rule, n in sorted(plan.measured_rules.items()))
     lines.append(f"  measured: benchmarks/out/{plan.run}/: " + (measured or "none"))
     lines.append("  model: benchmarks/checkpoint_job.py's limit terms, " + ", ".join(
