@@ -294,7 +294,14 @@ def verdict_section(verdicts: pd.DataFrame) -> list[str]:
             f"{100 * (1 - alpha):.0f}%); it excludes 0 exactly when the verdict is saturates. rise_se: standard "
             "error of the paired best-to-final difference. Table: results/tables/saturation_verdicts.csv.")
     return ["<h2>Saturation verdicts, by model (smallest first)</h2>", f"<p class=\"note\">{html.escape(note)}</p>",
+            f"<p class=\"note\">{html.escape(VERDICT_CAUSE_NOTE)}</p>",
             html_table(verdict_rows(verdicts), css_class="sortable verdicts")]
+
+
+VERDICT_CAUSE_NOTE = (
+    "The verdict tests a rise of the eval loss, not its cause. The paper's cause is the softmax bottleneck "
+    "(Figs. 4 to 8 test it); a loss that rises because the training data repeat (several epochs: overfitting "
+    "to them) reads saturates too (docs/saturation.md).")
 
 
 def figure_links(figures) -> str:
