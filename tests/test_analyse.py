@@ -153,8 +153,8 @@ def test_text_without_a_config_fits_the_sequences_to_a_small_model_s_context(tmp
     text.write_text("\n".join(" ".join(rng.choice(words, size=12)) for _ in range(4000)) + "\n")  # 52k tokens: the default 50k
     done = analyse(checkpoint, "--text", text, "--metrics", "loss", "--json", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "note: sample.seq_len 2048 (the run default) capped at the context" in done.stderr
-    assert "64 (max_position_embeddings)" in done.stderr and "--seq-len" in done.stderr
+    assert "Sequences of 64: the paper's 2048 capped at the context of checkpoint" in done.stderr
+    assert "(max_position_embeddings=64)" in done.stderr and "--seq-len L" in done.stderr
     out = json.loads(done.stdout)
     assert out["sample"]["seq_len"] == 64 and out["sample"]["settings"]["seq_len"] == 64
     assert out["metrics"]["loss"]["n_tokens"] == out["sample"]["n_seq"] * 63 and np.isfinite(out["metrics"]["loss"]["loss"])
@@ -162,7 +162,7 @@ def test_text_without_a_config_fits_the_sequences_to_a_small_model_s_context(tmp
     chosen = analyse(checkpoint, "--text", text, "--metrics", "loss", "--json", "--seq-len", "32", "--n-tokens", "320",
                      cwd=tmp_path)
     assert chosen.returncode == 0, chosen.stderr[-3000:]
-    assert "note:" not in chosen.stderr
+    assert "capped" not in chosen.stderr and "320 tokens: --n-tokens 320" in chosen.stderr
     sample = json.loads(chosen.stdout)["sample"]
     assert (sample["n_seq"], sample["seq_len"]) == (10, 32)
     # a --seq-len past the context is refused before any forward, naming the flag and the fix
@@ -195,3 +195,42 @@ def test_a_vocabulary_smaller_than_the_tokenizer_is_refused_before_the_forward(t
     debug = analyse(tmp_path / "checkpoint-50", "--text", text, "--tokenizer", tmp_path / "tokenizer", "--config", config,
                     "--metrics", "loss", "--debug", cwd=tmp_path)
     assert debug.returncode != 0 and "Traceback" in debug.stderr and "check_token_ids" in debug.stderr
+
+
+def test_a_text_too_short_for_n_tokens_names_the_flag_and_the_default_is_init_s_sample(tmp_path, tiny_neox):
+    """Issue 44, item 4: on a ~19k-token text, `analyse --text` failed with the sample
+    builder's error naming `sample.n_tokens`, and printed `settings {'corpus': 'synthetic',
+    ...}` for a sample of the user's file. A size the text cannot give names --n-tokens (or
+    the config's key) and the size it can; left out, the size is the one `lmsat init` writes
+    for the same text and model, printed; the settings name the text's corpus."""
+    from conftest import word_tokenizer
+    from test_own_run import init
+
+    words = [f"w{i}" for i in range(30)]
+    checkpoint = tmp_path / "run" / "checkpoint-50"
+    tiny_neox.save_pretrained(checkpoint)
+    word_tokenizer(words).save_pretrained(checkpoint)
+    rng = np.random.default_rng(0)
+    text = tmp_path / "eval.txt"
+    text.write_text("\n".join(" ".join(rng.choice(words, size=12)) for _ in range(1470)) + "\n")  # 1470 x 13 = 19,110 tokens
+    windows = 19_110 // 64
+    asked = analyse(checkpoint, "--text", text, "--metrics", "loss", "--n-tokens", "50000", cwd=tmp_path)
+    assert asked.returncode == 2 and "Traceback" not in asked.stderr
+    assert f"{windows} windows of 64, fewer than the 782 sequences that --n-tokens 50000 needs" in asked.stderr
+    assert f"Fix: --n-tokens {windows // 2 * 64} or less" in asked.stderr and "sample.n_tokens" not in asked.stderr
+    config = tmp_path / "config.yaml"
+    config.write_text("sample: {n_tokens: 50000, seq_len: 64}\n")
+    from_config = analyse(checkpoint, "--text", text, "--metrics", "loss", "--config", config, cwd=tmp_path)
+    assert from_config.returncode == 2 and "Traceback" not in from_config.stderr
+    assert f"sample.n_tokens: 50000 in {config} (--n-tokens N overrides it) needs" in from_config.stderr
+    done = analyse(checkpoint, "--text", text, "--metrics", "loss", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"eval sample of {windows // 2} sequences of 64 tokens ({windows // 2 * 64:,})" in done.stderr
+    assert "'corpus': 'synthetic'" not in done.stdout and "(corpus 'text')" in done.stdout
+    assert f"'corpus': 'text', 'n_tokens': {windows // 2 * 64}, 'seq_len': 64" in done.stdout
+    assert f"{windows // 2} x 64 tokens" in done.stdout
+    # `lmsat init` on the same folder and text writes that sample into the workflow's config
+    made = init(tmp_path / "run", "--text", text, "--tokens-per-step", "128", "-o", tmp_path / "mine.yaml", cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    assert yaml.safe_load((tmp_path / "mine.yaml").read_text())["sample"] == {"corpus": "text", "n_tokens": windows // 2 * 64,
+                                                                              "seq_len": 64}

@@ -40,20 +40,10 @@ def trainer_of(out, text, tokenizer, callbacks=(), max_steps=STEPS, save_steps=S
                    processing_class=tokenizer, data_collator=default_data_collator, callbacks=list(callbacks))
 
 
-def init_sample_tokens(text, tokenizer_dir) -> int:
-    """The sample size `lmsat init` picks for this text and a 64-token context, so that the
-    callback's sample is the one the init config builds."""
-    from lmsat.commands.init import sample_size
-
-    n_tokens, seq_len, _ = sample_size([text], tokenizer_dir, 64)
-    assert seq_len == 64
-    return n_tokens
-
-
-def texts_and_tokenizer(base: Path, train_lines: int):
+def texts_and_tokenizer(base: Path, train_lines: int, eval_lines: int = 300):
     """(train text, eval text, a tokenizer trained on the first and saved in base/tokenizer)."""
     text = write_text(base / "train.txt", train_lines, seed=0)
-    eval_text = write_text(base / "eval.txt", 300, seed=1)
+    eval_text = write_text(base / "eval.txt", eval_lines, seed=1)
     tokenizer = train_tokenizer(text)
     tokenizer.save_pretrained(base / "tokenizer")
     return text, eval_text, tokenizer
@@ -61,18 +51,19 @@ def texts_and_tokenizer(base: Path, train_lines: int):
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """Two 24-step runs of one seed, one watched, one not."""
+    """Two 24-step runs of one seed, one watched, one not. The eval text holds about 19k
+    tokens (issue 44, item 3): too few for the paper's 50k-token sample, and the callback is
+    given no size: it takes the sample `lmsat init` writes into the workflow's config."""
     from lmsat.callbacks import SaturationCallback
 
     base = tmp_path_factory.mktemp("watched")
-    text, eval_text, tokenizer = texts_and_tokenizer(base, train_lines=600)
-    n_tokens = init_sample_tokens(eval_text, base / "tokenizer")
+    text, eval_text, tokenizer = texts_and_tokenizer(base, train_lines=600, eval_lines=1530)
     plain = trainer_of(base / "plain" / "out", text, tokenizer)
     plain.train()
-    callback = SaturationCallback(text=eval_text, n_tokens=n_tokens)
+    callback = SaturationCallback(text=eval_text)
     watched = trainer_of(base / "watched" / "out", text, tokenizer, [callback], report_to="tensorboard")
     watched.train()
-    return dict(base=base, eval=eval_text, plain=plain, watched=watched, callback=callback, n_tokens=n_tokens)
+    return dict(base=base, eval=eval_text, plain=plain, watched=watched, callback=callback)
 
 
 def weights(folder):
@@ -135,7 +126,11 @@ def test_the_rows_equal_the_workflow_s_on_the_saved_checkpoints(runs, tmp_path):
     import yaml
 
     config = yaml.safe_load((work / "mine.yaml").read_text())
-    assert config["sample"]["n_tokens"] == runs["n_tokens"] and config["sample"]["seq_len"] == 64
+    # the text's tokens (the sample pool reads them all): about 19k, so half its 64-token windows
+    text_tokens = runs["callback"].sample.attrs["pool_tokens"]
+    assert 18_000 < text_tokens < 21_000
+    assert config["sample"] == {"corpus": "text", "n_tokens": text_tokens // 64 // 2 * 64, "seq_len": 64}
+    assert runs["callback"].sample.settings["sample"] == {**config["sample"], "pool_factor": 20}
     tables = ("loss", "anisotropy_training", "anisotropy_layers", "effective_rank", "singular_entropy", "spectra")
     ran = snakemake(work, work / "mine.yaml", "--", *(f"results/out/tables/{t}.csv" for t in tables))
     assert ran.returncode == 0, ran.stdout[-6000:]
@@ -163,10 +158,11 @@ def test_the_rows_equal_the_workflow_s_on_the_saved_checkpoints(runs, tmp_path):
 
     assert list(verdicts.columns[: 1 + len(fields(Verdict))]) == ["model", *(f.name for f in fields(Verdict))]
     assert verdicts["checkpoints"].tolist() == [3] and verdicts["final_step"].tolist() == [24]
-    # `lmsat analyse` on a checkpoint with the same text (no config) reproduces the logged numbers
-    analysed = analyse(out / "checkpoint-16", "--text", runs["eval"], "--n-tokens", runs["n_tokens"], "--metrics", "loss",
-                       "anisotropy", "--json", cwd=tmp_path)
+    # `lmsat analyse` on a checkpoint with the same text (no config, no size) reproduces the logged numbers
+    analysed = analyse(out / "checkpoint-16", "--text", runs["eval"], "--metrics", "loss", "anisotropy", "--json",
+                       cwd=tmp_path)
     assert analysed.returncode == 0, analysed.stderr
+    assert f"eval sample of {config['sample']['n_tokens'] // 64} sequences of 64 tokens" in analysed.stderr
     report = json.loads(analysed.stdout)["metrics"]
     (logged,) = [h for h in runs["watched"].state.log_history if h.get("step") == 16 and "lmsat/loss" in h]
     assert np.isclose(report["loss"]["loss"], logged["lmsat/loss"], **TOL)
@@ -372,3 +368,142 @@ def test_monitor_s_scratch_cache_in_memory_or_on_disk_gives_the_same_record(asse
     assert list(memory.iterdir()) == []  # the scratch cache is gone after the metrics are read
     assert callbacks.scalars(in_memory) == pytest.approx(callbacks.scalars(on_disk), rel=1e-12)
     assert np.allclose(in_memory["sequence_losses"], on_disk["sequence_losses"], rtol=1e-12)
+
+
+# ---------------------------------------------------------------- issue 44 (items 3, 13) and 46 (cases 4, 12)
+
+
+def test_a_text_too_short_for_the_asked_size_is_refused_before_training_naming_n_tokens(assets, tmp_path, capsys):
+    """Issue 44, item 3: n_tokens=50000 on a ~3k-token eval text stopped train() with the
+    sample builder's CorpusError naming `sample.n_tokens`; it is a MonitorError before the
+    first step naming `n_tokens=` and the size the text gives. Left out, the size is the one
+    `lmsat init` writes for that text and model, and the callback prints it."""
+    from lmsat.callbacks import SaturationCallback
+    from lmsat.commands.init import sample_size
+    from lmsat.errors import MonitorError
+
+    chosen = sample_size([assets["eval"]], assets["base"] / "tokenizer", ("max_position_embeddings", 64))
+    assert chosen.seq_len == 64 and chosen.n_tokens == chosen.windows // 2 * 64 < 50_000
+    trainer = trainer_of(tmp_path / "out", assets["text"], assets["tokenizer"],
+                         [SaturationCallback(text=assets["eval"], n_tokens=50_000)])
+    with pytest.raises(MonitorError) as refused:
+        trainer.train()
+    message = str(refused.value)
+    assert f"{chosen.windows} windows of 64, fewer than the 782 sequences that n_tokens=50000 needs" in message
+    assert f"Fix: n_tokens={chosen.n_tokens} or less" in message and "sample.n_tokens" not in message
+    assert trainer.state.global_step == 0 and not list((tmp_path / "out").glob("checkpoint-*"))
+    capsys.readouterr()
+    watched = trainer_of(tmp_path / "ok", assets["text"], assets["tokenizer"], [SaturationCallback(text=assets["eval"])],
+                         max_steps=2, save_steps=2)
+    watched.train()
+    printed = capsys.readouterr().err
+    assert f"lmsat: ok: eval sample of {chosen.n_seq} sequences of 64 tokens ({chosen.n_tokens:,})" in printed
+    assert "half the text's" in printed and "n_tokens=N and seq_len=L set another" in printed
+
+
+def test_options_of_the_wrong_type_are_refused_when_made_and_a_file_in_the_way_before_training(assets, tmp_path):
+    """Issue 46, case 12: every_n_steps='10' and n_tokens='640' failed with a TypeError, an
+    `<output_dir>/lmsat` that is a file with FileExistsError; each is a named MonitorError,
+    the types when the callback is made, the file before the first step."""
+    from lmsat.callbacks import SaturationCallback
+    from lmsat.errors import MonitorError
+
+    for option, value, fix in (("every_n_steps", "10", "every_n_steps=10, a number, not a string"),
+                               ("n_tokens", "640", "n_tokens=640, a number, not a string"),
+                               ("seq_len", 64.0, "seq_len=64"), ("every_n_steps", True, "a whole number, e.g. every_n_steps=1"),
+                               ("alpha", "0.05", "a number"), ("tables_interval", "300", "a number")):
+        with pytest.raises(MonitorError, match=rf"^{option}={value!r} is a {type(value).__name__}, not a .*Fix: {fix}"):
+            SaturationCallback(text=assets["eval"], **{option: value})
+    with pytest.raises(MonitorError, match=r"stop_on_saturation='yes'. Fix: True or False"):
+        SaturationCallback(text=assets["eval"], stop_on_saturation="yes")
+    with pytest.raises(MonitorError, match=r"metrics='loss': a string, not a list of metrics. Fix: metrics=\['loss'\]"):
+        SaturationCallback(text=assets["eval"], metrics="loss")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "lmsat").write_text("a file where the callback's folder goes\n")
+    trainer = trainer_of(tmp_path / "out", assets["text"], assets["tokenizer"],
+                         [SaturationCallback(text=assets["eval"], n_tokens=640)])
+    refused_before_training(trainer, r"out/lmsat is a file, where SaturationCallback writes a folder of its files\. "
+                                     r"Fix: move or delete that file")
+
+
+class Dies:
+    """A TrainerCallback whose run dies at the end of step `at` (a crash, a killed job)."""
+
+    def __new__(cls, at: int):
+        from transformers import TrainerCallback
+
+        class DiesAt(TrainerCallback):
+            def on_step_end(self, args, state, control, **kwargs):
+                if state.global_step == at:
+                    raise RuntimeError(f"the run dies at step {at}")
+
+        return DiesAt()
+
+
+def test_evaluations_past_the_resume_point_leave_every_table_and_the_verdict(assets, tmp_path):
+    """Issue 46, case 4: a run evaluates at steps 2, 4 (checkpoint), 6, 8 (checkpoint) and 10,
+    dies at 11 and resumes from checkpoint-4 with max_steps 8. The evaluations after step 4
+    belong to the dead trajectory: they leave every table (loss.csv called step-10 final
+    while the verdict said final step 8) and the verdict, kept under abandoned/."""
+    from lmsat.callbacks import SaturationCallback
+    from lmsat.tables import read_table
+
+    out, tables = tmp_path / "out", tmp_path / "out" / "lmsat" / "tables"
+    first = SaturationCallback(text=assets["eval"], n_tokens=640, every_n_steps=2, tables_interval=0)
+    dying = trainer_of(out, assets["text"], assets["tokenizer"], [first, Dies(11)], max_steps=12, save_steps=4)
+    with pytest.raises(RuntimeError, match="dies at step 11"):
+        dying.train()
+    loss = read_table(tables / "loss.csv")
+    assert loss["revision"].tolist()[-1] == "step-10" and loss["is_final"].tolist()[-1]  # the dead trajectory's tables
+
+    again = SaturationCallback(text=assets["eval"], n_tokens=640, every_n_steps=2)
+    resumed = trainer_of(out, assets["text"], assets["tokenizer"], [again], max_steps=8, save_steps=4)
+    with pytest.warns(UserWarning, match=r"training starts at step 4, so the 3 evaluation\(s\) after it \(step-6, "
+                                         r"checkpoint-8, step-10\) belong to an abandoned trajectory"):
+        resumed.train(resume_from_checkpoint=str(out / "checkpoint-4"))
+    loss = read_table(tables / "loss.csv")
+    assert loss["revision"].tolist() == ["step-2", "checkpoint-4", "step-6", "checkpoint-8"]
+    assert loss["is_final"].tolist() == [False, False, False, True]
+    verdict = read_table(tables / "saturation_verdicts.csv")
+    assert verdict["final_step"].tolist() == [8] and verdict["checkpoints"].tolist() == [4]
+    for path in sorted(tables.glob("*.csv")):  # every table: the same steps, none of the dead trajectory's
+        table = read_table(path)
+        steps = set(table["step"]) if "step" in table.columns else set(table.get("final_step", []))
+        assert max(steps, default=8) == 8 and "step-10" not in set(table.get("revision", [])), path.name
+        assert len(table) or path.name == "identical_weights.csv", path.name  # no two evaluations share weights
+    assert sorted(again.history) == [2, 4, 6, 8]
+    # what the dead trajectory measured is kept, out of the tables
+    kept = out / "lmsat" / "abandoned" / "after-step-4"
+    assert sorted(p.name for p in (kept / "sequence_losses" / "out").iterdir()) == ["checkpoint-8.npz", "step-10.npz",
+                                                                                     "step-6.npz"]
+    assert (kept / "metrics" / "loss" / "out" / "step-10.json").is_file() and (kept / "spectra" / "out" / "step-10.h5").is_file()
+    assert read_table(kept / "tables" / "loss.csv")["revision"].tolist()[-1] == "step-10"
+
+
+def test_a_run_past_its_first_epoch_says_so_beside_the_verdict(assets, tmp_path, caplog):
+    """Issue 44, item 13: a held-out loss that rises because the training data repeat reads
+    `saturates` too; the verdict tests a rise, not its cause. Past epoch 1 the verdict table
+    and the log say so; within it they do not."""
+    import logging
+
+    from lmsat.callbacks import SaturationCallback
+    from lmsat.tables import read_table
+
+    short = write_text(tmp_path / "short.txt", 40, seed=3)  # about 12 windows: 3 steps an epoch
+    callback = SaturationCallback(text=assets["eval"], n_tokens=640, every_n_steps=2)
+    trainer = trainer_of(tmp_path / "out", short, assets["tokenizer"], [callback], max_steps=8, save_steps=4)
+    with caplog.at_level(logging.INFO, logger="lmsat.callbacks"):
+        trainer.train()
+    assert trainer.state.epoch > 1
+    verdict = read_table(tmp_path / "out" / "lmsat" / "tables" / "saturation_verdicts.csv")
+    assert verdict["epoch"].iloc[0] == pytest.approx(trainer.state.epoch, rel=1e-9)
+    note = verdict["note"].iloc[0]
+    assert f"gone through {trainer.state.epoch:.3g} epochs of its training data (> 1)" in note
+    assert "overfitting" in note and "not its cause" in note
+    logged = [r.getMessage() for r in caplog.records if "verdict" in r.getMessage()]
+    assert "(> 1)" not in logged[0] and "(> 1)" in logged[-1]  # step 2 is within the first epoch, step 8 is not
+    # a run within its first epoch: no note
+    within = SaturationCallback(text=assets["eval"], n_tokens=640, every_n_steps=2)
+    trainer_of(tmp_path / "within", assets["text"], assets["tokenizer"], [within], max_steps=4, save_steps=4).train()
+    verdict = read_table(tmp_path / "within" / "lmsat" / "tables" / "saturation_verdicts.csv")
+    assert verdict["epoch"].iloc[0] < 1 and pd.isna(verdict["note"].iloc[0]) or verdict["note"].iloc[0] == ""

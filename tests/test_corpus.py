@@ -143,3 +143,48 @@ def test_hf_stream_gives_up_after_the_policy_s_tries_without_progress(monkeypatc
     with pytest.raises(CorpusError, match=r"after 0 rows \(try 3 of 3\): read timed out"):
         list(iter_documents(spec, "web", policy=RetryPolicy(attempts=3, first_wait_s=1), sleep=waits.append))
     assert waits == [1, 2] and len(calls) == 3
+
+
+def test_the_size_of_a_text_s_sample_is_chosen_by_one_rule_and_what_cannot_be_drawn_is_named(tmp_path):
+    """lmsat.corpus.text_sample_size, the rule of `lmsat init`, `analyse --text` and the
+    training callback (issue 44, items 3, 4): sequences of the context (at most 2048; halved
+    while the text gives fewer than 4), half the text's windows (at most 50,000 tokens); a
+    size it cannot draw is named as the caller's user sets it, with the size it can. The
+    chosen size is drawn for real by build_sample."""
+    from lmsat.corpus import SAMPLE_POOL_FACTOR, text_sample_size
+
+    tokenizer = word_tokenizer(WORDS)
+    rng = np.random.default_rng(0)
+    text = tmp_path / "eval.txt"
+    text.write_text("\n".join(" ".join(rng.choice(WORDS, size=12)) for _ in range(1470)) + "\n")  # 19,110 tokens
+    size = text_sample_size([text], tokenizer, ("max_position_embeddings", 256))
+    assert (size.n_tokens, size.seq_len, size.windows, size.pool_tokens) == (9472, 256, 74, 19_110)
+    assert "half the text's 74 windows" in size.describe() and "sample.n_tokens: N and sample.seq_len: L" in size.how
+    spec = corpus_spec(files=[str(text)])
+    sample = dict(n_tokens=size.n_tokens, seq_len=size.seq_len, pool_factor=SAMPLE_POOL_FACTOR)
+    build_sample(spec, "text", tokenizer, "words", sample, 0, tmp_path / "sample.h5")
+    assert read_sample(tmp_path / "sample.h5")[0].shape == (37, 256)
+    # no stated context: 2048, and the text gives 9 such windows
+    assert (lambda s: (s.n_tokens, s.seq_len))(text_sample_size([text], tokenizer, None)) == (4 * 2048, 2048)
+    # a context of 8192 and a short text: 2048 halved to 1024 for 4 windows at least
+    short = tmp_path / "short.txt"
+    short.write_text("\n".join(" ".join(rng.choice(WORDS, size=12)) for _ in range(500)) + "\n")  # 6,500 tokens
+    assert (lambda s: (s.n_tokens, s.seq_len))(text_sample_size([short], tokenizer, ("n_positions", 8192))) == (3072, 1024)
+    # a size the text cannot give, named as the caller's option
+    for options, named, fix in (({"n_tokens": "n_tokens={}", "seq_len": "seq_len={}"}, "n_tokens=50000", "n_tokens=9472"),
+                                ({"n_tokens": "--n-tokens {}", "seq_len": "--seq-len {}"}, "--n-tokens 50000",
+                                 "--n-tokens 9472"),
+                                ({"n_tokens": "sample.n_tokens: {}", "seq_len": "sample.seq_len: {}"},
+                                 "sample.n_tokens: 50000", "sample.n_tokens: 9472")):
+        with pytest.raises(CorpusError, match=rf"74 windows of 256, fewer than the 196 sequences that {named} needs\. "
+                                              rf"Fix: {fix} or less"):
+            text_sample_size([text], tokenizer, ("max_position_embeddings", 256), n_tokens=50_000, options=options)
+    with pytest.raises(CorpusError, match=r"--seq-len 512 exceeds the context of the model \(max_position_embeddings=256\)"
+                                          r".*Fix: --seq-len 256 or less"):
+        text_sample_size([text], tokenizer, ("max_position_embeddings", 256), seq_len=512,
+                         options={"n_tokens": "--n-tokens {}", "seq_len": "--seq-len {}"})
+    tiny = tmp_path / "tiny.txt"
+    tiny.write_text("w1 w2 w3\n")
+    with pytest.raises(CorpusError, match=r"gives 4 tokens, too few for an eval sample of two 16-token sequences.*Fix: "
+                                          r"give more text"):
+        text_sample_size([tiny], tokenizer, ("max_position_embeddings", 256))

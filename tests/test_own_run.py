@@ -133,6 +133,8 @@ def test_init_reads_steps_architecture_tokens_and_tokenizer_of_a_trainer_run(sma
     done = init(out, "--text", small_run / "eval.txt", "-o", tmp_path / "mine.yaml")
     assert done.returncode == 0, done.stderr
     assert "-- fig3" in done.stdout and "snakemake" in done.stdout and "--configfile" in done.stdout
+    # issue 44, item 5: where the run writes, named after the checkpoint folder (out), not `mine`
+    assert "results: results/out/" in done.stdout and "eval sample: results/out/samples/text/own.h5" in done.stdout
     written = (tmp_path / "mine.yaml").read_text()
     assert written.startswith("# lmsat config") and "discover" in written
     config = yaml.safe_load(written)
@@ -342,6 +344,8 @@ def test_own_run_end_to_end_offline_and_the_next_snakemake_analyses_only_new_che
     assert dry.returncode == 0, dry.stdout[-3000:]
     first = snakemake(workdir, config)
     assert first.returncode == 0, first.stdout[-6000:]
+    printed = re.search(r"eval sample: (\S+\.h5)", done.stdout).group(1)  # the path init printed is the run's sample
+    assert (workdir / printed).is_file() and re.search(r"results: (\S+)/", done.stdout).group(1) == "results/out"
     counts = job_counts(first.stdout)
     assert not {r for r in counts if r.startswith(("stage_", "fetch_"))}, counts  # nothing needs the network
     assert "evaluate_checkpoint" not in counts and "fit_scaling_law" not in counts and "ngram_ground_truth" not in counts
@@ -422,3 +426,44 @@ def test_a_local_model_of_another_family_is_sized_and_its_metrics_planned_withou
     config["scaling"] = {"params": "total"}
     notes = load_plan(copy.deepcopy(config), SCHEMA).notes
     assert any(f"(mine {count_parameters(model, 'total'):.4g})" in note for note in notes), notes
+
+
+@slow
+def test_init_bottleneck_plans_and_draws_figs_6_and_8_of_an_own_run(small_run, tmp_path):
+    """Issue 44, item 14: init wrote `bottleneck: models: []`, so an own run never got Figs. 6
+    and 8. `init --bottleneck` sizes a section from the text: heads of the models narrower
+    than d=1000, trained on the eval text outside its sample (or on the files given), ranks
+    below d; the run draws both figures for real."""
+    from lmsat.tables import read_table
+
+    from test_faults import job_counts
+
+    out, work = small_run / "out", tmp_path / "work"
+    work.mkdir()
+    plain = init(out, "--text", small_run / "eval.txt", "-o", work / "plain.yaml", cwd=work)
+    assert plain.returncode == 0, plain.stderr
+    assert yaml.safe_load((work / "plain.yaml").read_text())["bottleneck"] == {"models": []}
+    assert "`lmsat init --bottleneck` plans them" in (work / "plain.yaml").read_text()
+    done = init(out, "--text", small_run / "eval.txt", "--bottleneck", "-o", work / "mine.yaml", cwd=work)
+    assert done.returncode == 0, done.stderr
+    config = yaml.safe_load((work / "mine.yaml").read_text())
+    bottleneck, sample = config["bottleneck"], config["sample"]
+    assert bottleneck["models"] == ["out"] and bottleneck["ranks"] == [1, 2, 4, 8] and bottleneck["train_corpus"] == ""
+    # the text's windows: half are the sample's, a quarter of the rest the heads' eval pairs, the others their train pairs
+    free = bottleneck["train_tokens"] // sample["seq_len"] + bottleneck["eval_tokens"] // sample["seq_len"]
+    n_seq = sample["n_tokens"] // sample["seq_len"]
+    assert n_seq <= free <= n_seq + 1 and bottleneck["eval_tokens"] // sample["seq_len"] == free // 4
+    with_text = init(out, "--text", small_run / "eval.txt", "--bottleneck", small_run / "train.txt", "-o",
+                     work / "trained.yaml", cwd=work)
+    assert with_text.returncode == 0, with_text.stderr
+    trained = yaml.safe_load((work / "trained.yaml").read_text())
+    assert trained["bottleneck"]["train_corpus"] == "bottleneck-train"
+    assert trained["corpora"]["bottleneck-train"]["files"] == [str((small_run / "train.txt").resolve())]
+    dry = snakemake(work, work / "trained.yaml", "-n", "--", "fig6", "fig8")
+    assert dry.returncode == 0 and job_counts(dry.stdout).get("train_rank_head") == 5 * 4, dry.stdout[-3000:]
+    ran = snakemake(work, work / "mine.yaml", "--", "fig6", "fig8")
+    assert ran.returncode == 0, ran.stdout[-6000:]
+    figures = work / "results" / "out" / "figures"
+    assert (figures / "fig6_rank_heads.png").is_file() and (figures / "fig8_werror_loss.png").is_file()
+    heads = read_table(work / "results" / "out" / "tables" / "bottleneck_heads.csv")
+    assert sorted(set(heads["rank"])) == [1, 2, 4, 8, 16]

@@ -152,3 +152,7 @@ def test_the_summary_leads_with_a_verdict_per_model_with_its_rise_and_interval()
     assert shown["toy-d64"]["verdict"] == "too few checkpoints" and shown["toy-d64"]["rise interval (90%)"] == "–"
     assert "biases it up" in unescape(html) and "always contains the measured rise" in unescape(html)
     assert "excludes 0 exactly when" not in unescape(html)
+    # issue 44, item 13: the verdict tests a rise, not its cause (repeated data reads saturates too)
+    page = unescape(html)
+    assert page.index("tests a rise of the eval loss, not its cause") < page.index("sortable verdicts")
+    assert "training data repeat" in page

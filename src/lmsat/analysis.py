@@ -30,6 +30,7 @@ from lmsat.config import WEIGHT_FILES, ModelEntry, load_yaml, validate_config
 
 SCHEMA = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
 SETTING_KEYS = ("sample", "extraction", "seed", "spectra")  # what decides a checkpoint's numbers
+TEXT_CORPUS = "text"  # the corpus name of a sample of text files (as `lmsat init` names it in a config)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
 
 
@@ -121,47 +122,53 @@ def text_sample(files: list, tokenizer_dir: Path, out_path: str | Path, settings
     schema = _schema()
     corpus_schema = {"$defs": schema.get("$defs", {}), "type": "object",
                      "properties": {"corpora": schema["properties"]["corpora"]}}
-    corpus = validate_config({"corpora": {"text": {"type": "text_files", "files": [str(f) for f in files]}}},
-                             corpus_schema)["corpora"]["text"]
+    corpus = validate_config({"corpora": {TEXT_CORPUS: {"type": "text_files", "files": [str(f) for f in files]}}},
+                             corpus_schema)["corpora"][TEXT_CORPUS]
     tokenizer = load_tokenizer(tokenizer_spec(tokenizer_dir), str(tokenizer_dir))
-    build_sample(corpus, "text", tokenizer, str(tokenizer_dir), settings["sample"], settings["seed"], out_path)
+    build_sample(corpus, TEXT_CORPUS, tokenizer, str(tokenizer_dir), settings["sample"], settings["seed"], out_path)
     return read_sample(out_path)
 
 
-def sample_settings(settings: dict, model_config: dict, *, seq_len: int | None = None, n_tokens: int | None = None,
-                    from_config: bool = False, where: str = "the model") -> tuple[dict, str | None]:
-    """The sample settings a text sample is built with for a model whose config.json is
-    `model_config`: `settings` (run_settings(...)) with `seq_len` / `n_tokens` when given;
-    otherwise, unless the settings come from a run's config (`from_config`), the run
-    default's sequence length capped at the model's context. -> (settings, a note saying
-    what was capped, or None). An asked `seq_len` past the context is an AnalyseError
-    (positions past it give wrong losses without an error).
+ANALYSE_OPTIONS = {"n_tokens": "--n-tokens {}", "seq_len": "--seq-len {}"}  # how `lmsat analyse` sets them
 
-    `lmsat analyse --text` and lmsat.callbacks.SaturationCallback pick their samples here,
-    so the two build the same sample of the same text."""
-    from lmsat.models import context_length
 
-    settings = {**settings, "sample": dict(settings["sample"])}
-    found = context_length(model_config)
-    note = None
-    if seq_len is not None:
-        if seq_len < 2:
-            raise AnalyseError(f"a sequence length of {seq_len} tokens predicts nothing. Fix: --seq-len 2 or more")
-        if found and seq_len > found[1]:
-            raise AnalyseError(
-                f"--seq-len {seq_len} exceeds the context of {where} ({found[0]}={found[1]}): positions past it "
-                f"would give wrong losses, without an error. Fix: --seq-len {found[1]} or less"
-            )
-        settings["sample"]["seq_len"] = int(seq_len)
-    elif not from_config and found and settings["sample"]["seq_len"] > found[1]:
-        note = (f"sample.seq_len {settings['sample']['seq_len']} (the run default) capped at the context of {where}: "
-                f"{found[1]} ({found[0]}); --seq-len N chooses another")
-        settings["sample"]["seq_len"] = found[1]
-    if n_tokens is not None:
-        if n_tokens < 1:
-            raise AnalyseError(f"--n-tokens {n_tokens}: a sample needs at least one token. Fix: --n-tokens 1 or more")
-        settings["sample"]["n_tokens"] = int(n_tokens)
-    return settings, note
+def sample_settings(settings: dict, model_config: dict, files, tokenizer_dir: Path, *, seq_len: int | None = None,
+                    n_tokens: int | None = None, config: str | Path | None = None, where: str = "the model",
+                    options: dict = ANALYSE_OPTIONS):
+    """The settings a text sample of `files` is built with for a model whose config.json is
+    `model_config`, tokenized by the tokenizer in `tokenizer_dir`. -> (settings: `settings`
+    (run_settings(...)) with its sample's corpus, n_tokens and seq_len set, the chosen
+    lmsat.corpus.SampleSize, whose describe() says what was chosen and why).
+
+    Given `seq_len` / `n_tokens` are taken; with `config` (the run config `settings` come
+    from) its sample.seq_len and sample.n_tokens are; what is neither is chosen by
+    lmsat.corpus.text_sample_size, the rule `lmsat init` writes into a run's config. So
+    `lmsat analyse --text`, lmsat.callbacks.SaturationCallback and a run of `lmsat init`'s
+    config build the same sample of the same text. A value the text or the model cannot
+    serve is an AnalyseError naming it as the user sets it (`options`: "n_tokens" and
+    "seq_len" -> the option's spelling with {} for its value; a config's value is named
+    as its key in that file)."""
+    from lmsat.corpus import CorpusError, text_sample_size
+    from lmsat.models import context_length, load_tokenizer
+
+    options = dict(options)
+    if config is not None:
+        sample = settings["sample"]
+        for key, given in (("n_tokens", n_tokens), ("seq_len", seq_len)):
+            if given is None:  # the config's value: named as its key there, and the option that overrides it
+                escaped = f"{config} ({options[key].format('N')} overrides it)".replace("{", "{{").replace("}", "}}")
+                options[key] = f"sample.{key}: {{}} in {escaped}"
+        n_tokens = sample["n_tokens"] if n_tokens is None else n_tokens
+        seq_len = sample["seq_len"] if seq_len is None else seq_len
+    tokenizer = load_tokenizer(tokenizer_spec(tokenizer_dir), str(tokenizer_dir))
+    try:
+        size = text_sample_size([Path(f) for f in files], tokenizer, context_length(model_config), n_tokens=n_tokens,
+                                seq_len=seq_len, pool_factor=settings["sample"]["pool_factor"], options=options,
+                                model=where)
+    except CorpusError as error:
+        raise AnalyseError(str(error)) from None
+    sample = {**settings["sample"], "corpus": TEXT_CORPUS, "n_tokens": size.n_tokens, "seq_len": size.seq_len}
+    return {**settings, "sample": sample}, size
 
 
 def checkpoint_entry(checkpoint: Path, tokenizer: str = "") -> ModelEntry:

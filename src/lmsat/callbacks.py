@@ -37,16 +37,22 @@ import logging
 import math
 import os
 import random
+import re
 import shutil
+import sys
 import tempfile
 import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from lmsat.errors import MonitorError
+
+if TYPE_CHECKING:
+    from lmsat.corpus import SampleSize
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +70,7 @@ class Sample:
     attrs: dict
     path: Path | None = None
     settings: dict = field(default_factory=dict)  # the sample settings it was built with (text samples)
+    size: SampleSize | None = None  # how a text sample's size was chosen (text samples)
 
 
 def load_sample(path) -> Sample:
@@ -77,25 +84,25 @@ def load_sample(path) -> Sample:
     return Sample(tokens, attrs, path)
 
 
-def text_sample(text, tokenizer_dir, out_path, model_config: dict, *, seq_len=None, n_tokens=None, settings=None) -> Sample:
-    """The sample of text file(s) as `lmsat analyse --text` builds it for this model: the
-    run's settings (default: the schema's), the sequence length capped at the model's
-    context (lmsat.analysis.sample_settings), built as rule sample_eval_tokens builds it."""
+CALLBACK_OPTIONS = {"n_tokens": "n_tokens={}", "seq_len": "seq_len={}"}  # how the callback's user sets them
+
+
+def text_sample(text, tokenizer_dir, out_path, model_config: dict, *, seq_len=None, n_tokens=None, config=None) -> Sample:
+    """The sample of text file(s) for this model, built as rule sample_eval_tokens builds it,
+    its size chosen as `lmsat init` and `lmsat analyse --text` choose it
+    (lmsat.analysis.sample_settings): seq_len and n_tokens when given, else `config`'s (a
+    run config file) when given, else lmsat.corpus.text_sample_size's for this text and the
+    model's context. The Sample's `size` says what was chosen and why (size.describe())."""
     from lmsat import analysis
 
     files = [Path(f) for f in ([text] if isinstance(text, (str, Path)) else text)]
     try:
-        chosen, note = analysis.sample_settings(settings or analysis.run_settings(), model_config, seq_len=seq_len,
-                                                n_tokens=n_tokens, from_config=settings is not None, where="the model")
-        if note:
-            log.info("lmsat: %s", note.replace("--seq-len N", "seq_len="))
+        chosen, size = analysis.sample_settings(analysis.run_settings(config), model_config, files, Path(tokenizer_dir),
+                                                seq_len=seq_len, n_tokens=n_tokens, config=config, options=CALLBACK_OPTIONS)
         tokens, attrs = analysis.text_sample(files, Path(tokenizer_dir), out_path, chosen)
-    except analysis.AnalyseError as error:  # its flags are this function's arguments
-        message = str(error)
-        for flag, argument in (("--seq-len ", "seq_len="), ("--n-tokens ", "n_tokens="), ("--text ", "text=")):
-            message = message.replace(flag, argument)
-        raise MonitorError(message) from None
-    return Sample(tokens, attrs, Path(out_path), chosen)
+    except analysis.AnalyseError as error:
+        raise MonitorError(str(error).replace("--text ", "text=")) from None
+    return Sample(tokens, attrs, Path(out_path), chosen, size)
 
 
 # ---------------------------------------------------------------- checks before training
@@ -311,11 +318,12 @@ def scalars(record: dict) -> dict[str, float]:
 # ---------------------------------------------------------------- the pipeline's files
 
 
-def write_evaluation(directory: Path, record: dict, identity: dict, sample: Sample) -> None:
+def write_evaluation(directory: Path, record: dict, identity: dict, sample: Sample, epoch: float = math.nan) -> None:
     """One evaluation's files under `directory` (<output_dir>/lmsat), laid out as a run's
     results: metrics/<metric>/<model>/<revision>.json (rule compute_checkpoint_metric's
     records), spectra/<model>/<revision>.h5 (rule analyse_checkpoint's spectrum file) and
-    sequence_losses/<model>/<revision>.npz (each sequence's mean loss, for the verdict)."""
+    sequence_losses/<model>/<revision>.npz (each sequence's mean loss, for the verdict, and
+    the Trainer's `epoch` then)."""
     from lmsat.io import source_sha256, write_json
     from lmsat.metrics import METRICS
 
@@ -335,7 +343,7 @@ def write_evaluation(directory: Path, record: dict, identity: dict, sample: Samp
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.with_suffix(".tmp"), "wb") as handle:
         np.savez(handle, losses=np.asarray(record["sequence_losses"], dtype=np.float64), step=identity["step"],
-                 sample_sha256=sample.attrs["sha256"])
+                 sample_sha256=sample.attrs["sha256"], epoch=float(epoch))
     path.with_suffix(".tmp").replace(path)
 
 
@@ -367,15 +375,89 @@ def write_tables(directory: Path, metrics, model: str, config_sha256: str) -> di
     return built
 
 
-def read_history(directory: Path, model: str, sample_sha256: str, up_to_step: int) -> dict[int, np.ndarray]:
-    """step -> per-sequence losses of the earlier evaluations on this sample (a resumed run),
-    those after `up_to_step` (checkpoints a resumed run saves again) left out."""
-    history = {}
+def read_history(directory: Path, model: str, sample_sha256: str, up_to_step: int) -> tuple[dict, dict]:
+    """(step -> per-sequence losses, step -> the Trainer's epoch then (nan if unrecorded)) of
+    the earlier evaluations on this sample (a resumed run), those after `up_to_step`
+    (checkpoints a resumed run saves again) left out."""
+    history, epochs = {}, {}
     for path in sorted((directory / "sequence_losses" / model).glob("*.npz")):
         with np.load(path) as saved:
             if str(saved["sample_sha256"]) == sample_sha256 and int(saved["step"]) <= up_to_step:
                 history[int(saved["step"])] = saved["losses"]
-    return history
+                epochs[int(saved["step"])] = float(saved["epoch"]) if "epoch" in saved.files else math.nan
+    return history, epochs
+
+
+EVALUATION_REVISION = re.compile(r"(?:checkpoint|step)-(\d+)")  # the revisions an evaluation writes (evaluate)
+
+
+def evaluation_files(directory: Path, model: str) -> dict[str, list[Path]]:
+    """revision -> every file of that evaluation of `model` under `directory` (metric records,
+    spectrum, sequence losses)."""
+    found: dict[str, list[Path]] = {}
+    places = [*(directory / "metrics").glob(f"*/{model}"), directory / "spectra" / model,
+              directory / "sequence_losses" / model]
+    for place in places:
+        for path in sorted(place.glob("*")) if place.is_dir() else ():
+            if EVALUATION_REVISION.fullmatch(path.stem):
+                found.setdefault(path.stem, []).append(path)
+    return found
+
+
+def abandoned_folder(directory: Path, step: int) -> Path:
+    """Where the evaluations past `step` go when training starts again at `step`: a new folder
+    abandoned/after-step-<step>[-<n>] (an earlier abandonment at that step is kept)."""
+    folder, n = directory / "abandoned" / f"after-step-{step}", 1
+    while folder.exists():
+        n += 1
+        folder = directory / "abandoned" / f"after-step-{step}-{n}"
+    return folder
+
+
+def abandon_evaluations(directory: Path, model: str, step: int) -> tuple[Path | None, list[str]]:
+    """Move every evaluation of `model` after `step` (the step training starts at) out of the
+    tables, into abandoned_folder(directory, step) with their relative paths, and the tables
+    of the abandoned trajectory with them: a run resumed from an earlier checkpoint (or
+    started afresh in the same output_dir) never evaluates them again, and its tables and
+    verdict must not mix two trajectories. -> (that folder, the revisions moved), (None, [])
+    when there are none."""
+    late = {revision: paths for revision, paths in evaluation_files(directory, model).items()
+            if int(EVALUATION_REVISION.fullmatch(revision).group(1)) > step}
+    if not late:
+        return None, []
+    folder = abandoned_folder(directory, step)
+    moved = [*(path for paths in late.values() for path in paths), *sorted((directory / "tables").glob("*.csv"))]
+    for path in moved:
+        target = folder / path.relative_to(directory)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        path.replace(target)
+    return folder, sorted(late, key=lambda r: int(EVALUATION_REVISION.fullmatch(r).group(1)))
+
+
+EPOCH_NOTE = ("the Trainer has gone through {epoch:.3g} epochs of its training data (> 1): the data repeat, and a "
+              "held-out loss that rises then may be overfitting to them rather than saturation; the verdict tests a "
+              "rise, not its cause")
+
+
+def epoch_note(epoch: float) -> str:
+    """What to say beside a verdict whose final evaluation came at the Trainer's `epoch`: "" up
+    to epoch 1, EPOCH_NOTE past it."""
+    return EPOCH_NOTE.format(epoch=epoch) if math.isfinite(epoch) and epoch > 1 else ""
+
+
+def make_directories(directory: Path) -> None:
+    """<output_dir>/lmsat and its folders, or a MonitorError naming a file in the way (before
+    training starts: mkdir would raise FileExistsError there)."""
+    for path in (directory, *(directory / sub for sub in ("tables", "metrics", "spectra", "sequence_losses",
+                                                          "tokenizer", "abandoned"))):
+        if path.exists() and not path.is_dir():
+            raise MonitorError(f"{path} is a file, where SaturationCallback writes a folder of its files. Fix: move or "
+                               "delete that file, or train into another output_dir")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise MonitorError(f"cannot make {directory} ({error.strerror}): SaturationCallback writes its files there. "
+                           "Fix: an output_dir you can write to, with no file in the way") from None
 
 
 def settings_sha256(settings: dict, sample: Sample, metrics) -> str:
@@ -385,6 +467,43 @@ def settings_sha256(settings: dict, sample: Sample, metrics) -> str:
 
 
 # ---------------------------------------------------------------- the Trainer callback
+
+
+def check_count(name: str, value, minimum: int) -> int | None:
+    """`value` as a whole number >= `minimum` (None stays None), or a MonitorError naming the
+    option: a string, a float or a bool would fail only later, inside training."""
+    if value is None:
+        return None
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        if isinstance(value, str) and value.strip().isdigit():
+            fix = f"{name}={int(value)}, a number, not a string"
+        elif isinstance(value, float) and value.is_integer():
+            fix = f"{name}={int(value)}"
+        else:
+            fix = f"a whole number, e.g. {name}={minimum}"
+        raise MonitorError(f"{name}={value!r} is a {type(value).__name__}, not a whole number. Fix: {fix}")
+    if value < minimum:
+        raise MonitorError(f"{name}={value}: at least {minimum}. Fix: {name}={minimum} or more")
+    return int(value)
+
+
+def check_number(name: str, value, low: float, high: float = math.inf) -> float:
+    """`value` as a real number in [low, high), or a MonitorError naming the option."""
+    if isinstance(value, (bool, np.bool_, str)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise MonitorError(f"{name}={value!r} is a {type(value).__name__}, not a number. Fix: a number (not a string)")
+    if not low <= float(value) < high:
+        raise MonitorError(f"{name}={value}: outside [{low}, {high}). Fix: a value in that range")
+    return float(value)
+
+
+def check_paths(name: str, value, *, many: bool = False) -> list[Path]:
+    """`value` as paths (str or os.PathLike; a list of them with `many`), or a MonitorError."""
+    values = list(value) if many and isinstance(value, (list, tuple)) else [value]
+    for item in values:
+        if not isinstance(item, (str, os.PathLike)):
+            raise MonitorError(f"{name}={value!r}: a {type(item).__name__}, not a path. Fix: a file name (str or Path)"
+                               + (" or a list of them" if many else ""))
+    return [Path(item) for item in values]
 
 try:
     from transformers import TrainerCallback
@@ -398,17 +517,20 @@ class SaturationCallback(TrainerCallback):
 
     text: text file(s) the eval sample is built from (as `lmsat analyse --text`), or
     sample: a run's sample file (results/<run>/samples/...h5). seq_len, n_tokens: the text
-    sample's (default: the run default's, the sequence length capped at the model's
-    context); config: a run config whose sample, extraction, seed and spectra settings are
-    used instead of the schema's. tokenizer: the tokenizer directory (default: the Trainer's
-    processing_class, saved under <output_dir>/lmsat/tokenizer). metrics: among
+    sample's (default: chosen for the text and the model's context as `lmsat init` chooses
+    them, lmsat.corpus.text_sample_size, and printed); config: a run config whose sample,
+    extraction, seed and spectra settings are used instead of the schema's. tokenizer: the
+    tokenizer directory (default: the Trainer's processing_class, saved under
+    <output_dir>/lmsat/tokenizer). metrics: among
     DEFAULT_METRICS. every_n_steps: also evaluate every N optimizer steps between saves.
     stop_on_saturation: stop training once the verdict is `saturates` (default: only warn).
     alpha: the verdict's level. name: the model's name in the tables (default: the output
     folder's, as `lmsat init` names it). trainer: the Trainer (default: found when training
     starts). tables_interval: seconds between rebuilds of the tables during training (each
     evaluation's records are written at once; the tables are rebuilt at most this often, and
-    always when training ends).
+    always when training ends). Options of the wrong type are refused here; the sample, the
+    model and the output folder when training starts, before its first step. Evaluations
+    after the step training starts at (a resumed run's) move to <output_dir>/lmsat/abandoned/.
     """
 
     def __init__(self, text=None, *, sample=None, tokenizer=None, seq_len: int | None = None, n_tokens: int | None = None,
@@ -421,6 +543,21 @@ class SaturationCallback(TrainerCallback):
         if (text is None) == (sample is None):
             raise MonitorError("SaturationCallback needs one eval sample. Fix: pass text='eval.txt' (built as "
                                "`lmsat analyse --text` builds it) or sample='results/<run>/samples/<corpus>/<tokenizer>.h5'")
+        # every option's type, here: a wrong one would otherwise fail inside trainer.train()
+        seq_len, n_tokens = check_count("seq_len", seq_len, 2), check_count("n_tokens", n_tokens, 1)
+        every_n_steps = check_count("every_n_steps", every_n_steps, 1)
+        tables_interval = check_number("tables_interval", tables_interval, 0)
+        if not isinstance(stop_on_saturation, (bool, np.bool_)):
+            raise MonitorError(f"stop_on_saturation={stop_on_saturation!r}. Fix: True or False")
+        if name is not None and not isinstance(name, str):
+            raise MonitorError(f"name={name!r}: a {type(name).__name__}, not a string. Fix: name='my-model'")
+        for option, value in (("sample", sample), ("tokenizer", tokenizer), ("config", config)):
+            if value is not None:
+                check_paths(option, value)
+        if text is not None:
+            check_paths("text", text, many=True)
+        if isinstance(metrics, str):
+            raise MonitorError(f"metrics={metrics!r}: a string, not a list of metrics. Fix: metrics=[{metrics!r}]")
         if sample is not None and (seq_len is not None or n_tokens is not None):
             raise MonitorError("seq_len and n_tokens set how a sample is built from text=; a sample= file is used as built. "
                                "Fix: leave them out, or pass text=")
@@ -432,9 +569,7 @@ class SaturationCallback(TrainerCallback):
                          - {t for m in metrics for t in METRICS[m].tables})
         if missing:
             raise MonitorError(f"the tables of metrics {list(metrics)} need the tables {missing}. Fix: add 'loss' to metrics")
-        if every_n_steps is not None and every_n_steps < 1:
-            raise MonitorError(f"every_n_steps={every_n_steps}. Fix: a positive number of steps, or None (saves only)")
-        self.alpha = DEFAULT_ALPHA if alpha is None else float(alpha)
+        self.alpha = DEFAULT_ALPHA if alpha is None else check_number("alpha", alpha, 0)
         if not 0 < self.alpha < 0.5:
             raise MonitorError(f"alpha={alpha}. Fix: a level in (0, 0.5), e.g. 0.05")
         texts = [text] if isinstance(text, (str, Path)) else list(text or [])
@@ -448,6 +583,7 @@ class SaturationCallback(TrainerCallback):
         self.name, self.trainer, self.tables_interval = name, trainer, float(tables_interval)
         self.tables_written = -math.inf  # time.monotonic() of the last rebuild of the tables
         self.active, self.sample, self.history, self.verdict, self.warned = False, None, {}, None, False
+        self.epochs = {}  # step -> the Trainer's epoch at that evaluation
 
     # -- before training: every check
 
@@ -461,7 +597,7 @@ class SaturationCallback(TrainerCallback):
 
         check_model(model)
         self.directory = Path(args.output_dir) / "lmsat"
-        self.directory.mkdir(parents=True, exist_ok=True)
+        make_directories(self.directory)
         self.name = self.name or path_name(Path(args.output_dir).resolve().name)
         tokenizer_dir = self.tokenizer
         if tokenizer_dir is None and processing_class is not None:
@@ -473,9 +609,11 @@ class SaturationCallback(TrainerCallback):
                 raise MonitorError("text= needs the model's tokenizer, and the Trainer has no processing_class. "
                                    "Fix: Trainer(processing_class=tokenizer), or SaturationCallback(tokenizer=DIR)")
             self.sample = text_sample(self.text, self.tokenizer_dir, self.directory / "sample.h5", model.config.to_dict(),
-                                      seq_len=self.seq_len, n_tokens=self.n_tokens,
-                                      settings=self.settings if self.config else None)
+                                      seq_len=self.seq_len, n_tokens=self.n_tokens, config=self.config)
             self.settings = {**self.settings, "sample": self.sample.settings["sample"]}
+            chosen = f"lmsat: {self.name}: {self.sample.size.describe()}"
+            print(chosen, file=sys.stderr)  # the user reads the size chosen once, whatever the logging level
+            log.info(chosen)
         else:
             self.sample = load_sample(self.sample_path)
         check_sample(model, self.sample, processing_class)
@@ -484,7 +622,15 @@ class SaturationCallback(TrainerCallback):
             raise MonitorError("SaturationCallback logs through the Trainer and found none running it. "
                                "Fix: SaturationCallback(..., trainer=trainer)")
         self.config_sha256 = settings_sha256(self.settings, self.sample, self.metrics)
-        self.history = read_history(self.directory, self.name, self.sample.attrs["sha256"], state.global_step)
+        folder, abandoned = abandon_evaluations(self.directory, self.name, state.global_step)
+        self.history, self.epochs = read_history(self.directory, self.name, self.sample.attrs["sha256"], state.global_step)
+        if abandoned:
+            message = (f"lmsat: {self.name}: training starts at step {state.global_step}, so the {len(abandoned)} "
+                       f"evaluation(s) after it ({', '.join(abandoned)}) belong to an abandoned trajectory: moved to "
+                       f"{folder} with the tables they were in, and left out of every table and of the verdict")
+            warnings.warn(message, stacklevel=2)
+            log.warning(message)
+            self.rebuild_after_abandoning()
         self.active = True
         n_seq, seq_len = self.sample.tokens.shape
         log.info("lmsat: watching %s on %d x %d tokens (sha256 %s), metrics %s; files under %s", self.name, n_seq, seq_len,
@@ -506,16 +652,33 @@ class SaturationCallback(TrainerCallback):
         return None
 
     def write_tables(self) -> None:
-        """The registered tables, and the verdict's (saturation_verdicts.csv, OWN_TABLES)."""
+        """The registered tables, and the verdict's (saturation_verdicts.csv, OWN_TABLES): the
+        Verdict's fields, then `epoch` (the Trainer's, at the final evaluation) and `note`
+        (what the verdict cannot tell there, EPOCH_NOTE)."""
         from lmsat.tables import write_csv
 
         write_tables(self.directory, self.metrics, self.name, self.config_sha256)
         if self.verdict is not None:
             import pandas as pd
 
-            write_csv(pd.DataFrame([{"model": self.name, **self.verdict.as_row()}]),
+            epoch = self.epochs.get(self.verdict.final_step, math.nan)
+            write_csv(pd.DataFrame([{"model": self.name, **self.verdict.as_row(), "epoch": epoch,
+                                     "note": epoch_note(epoch)}]),
                       self.directory / "tables" / "saturation_verdicts.csv", self.config_sha256)
         self.tables_written = time.monotonic()
+
+    def rebuild_after_abandoning(self) -> None:
+        """The tables without the abandoned evaluations (abandon_evaluations moved the old
+        ones): rebuilt from the kept ones, their verdict too; none when none is kept (the next
+        evaluation writes them)."""
+        from lmsat.verdict import verdict_from_paired
+
+        if not self.history:
+            self.verdict = None
+            return
+        steps = sorted(self.history)
+        self.verdict = verdict_from_paired(steps, np.stack([self.history[s] for s in steps]), alpha=self.alpha)
+        self.write_tables()
 
     def on_train_end(self, args, state, control, **kwargs):
         if self.active and self.history:
@@ -558,8 +721,10 @@ class SaturationCallback(TrainerCallback):
                          name=self.name, revision=revision)
         identity = dict(suite=self.name, model=self.name, revision=revision, step=step,
                         tokens=step * self.tokens_per_step(state, model, checkpoint))
-        write_evaluation(self.directory, record, identity, self.sample)
+        epoch = float(state.epoch) if state.epoch is not None else math.nan
+        write_evaluation(self.directory, record, identity, self.sample, epoch=epoch)
         self.history[step] = np.asarray(record["sequence_losses"])
+        self.epochs[step] = epoch
         steps = sorted(self.history)
         self.verdict = verdict_from_paired(steps, np.stack([self.history[s] for s in steps]), alpha=self.alpha)
         if time.monotonic() - self.tables_written >= self.tables_interval:
@@ -570,16 +735,18 @@ class SaturationCallback(TrainerCallback):
                        if math.isfinite(getattr(self.verdict, key))})
         self.trainer.log(logged)
         v = self.verdict
+        note = epoch_note(epoch)
         log.info("lmsat: %s at step %d: loss %.6g +- %.2g; verdict %s over %d evaluations (rise %.3g, %.0f%% interval "
-                 "[%.3g, %.3g])", self.name, step, record["loss"]["loss"] if "loss" in record else math.nan,
+                 "[%.3g, %.3g])%s", self.name, step, record["loss"]["loss"] if "loss" in record else math.nan,
                  record["loss"]["loss_sem"] if "loss" in record else math.nan, v.verdict, v.checkpoints, v.rise,
-                 100 * v.interval_level, v.rise_low, v.rise_high)
+                 100 * v.interval_level, v.rise_low, v.rise_high, f"; {note}" if note else "")
         if v.verdict == SATURATES and not self.warned:
             self.warned = True
             message = (f"lmsat: {self.name} saturates: at step {step} its eval loss {v.final_loss:.6g} is above the best, "
                        f"{v.best_loss:.6g} at step {v.best_step}, by {v.rise_low:.3g} to {v.rise_high:.3g} "
                        f"({100 * v.interval_level:.0f}% simultaneous interval; a test on one sample of "
-                       f"{v.units} sequences, not a proof). Training goes on"
+                       f"{v.units} sequences, not a proof; it tests a rise, not its cause"
+                       + (f"; {note}" if note else "") + "). Training goes on"
                        + (" no further: stop_on_saturation=True." if self.stop_on_saturation else
                           " (stop_on_saturation=True stops it)."))
             warnings.warn(message, stacklevel=2)

@@ -16,6 +16,7 @@ import math
 import os
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import h5py
@@ -178,19 +179,25 @@ def hf_documents(spec: dict, name: str, policy, sleep) -> Iterator[str]:
             sleep(wait)
 
 
-def build_token_pool(documents: Iterator[str], tokenizer, n_pool: int, max_documents: int = 0, corpus: str = "") -> np.ndarray:
-    """About `n_pool` tokens of whole documents joined with end-of-text (`corpus`: its
-    name in config['corpora'], for errors). # (n,) int32"""
+def _pool_pieces(documents: Iterator[str], tokenizer, n_pool: int, max_documents: int = 0) -> Iterator[np.ndarray]:
+    """Each document's ids and an end-of-text, up to the document that brings the total to
+    `n_pool` (or the `max_documents`-th): the pieces of build_token_pool. # each (n_i,) int64"""
     eos = tokenizer.eos_token_id
     if eos is None:
         raise CorpusError("the tokenizer has no eos_token_id to separate documents")
-    pieces, total = [], 0
+    total = 0
     for count, text in enumerate(documents, 1):
         ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-        pieces.append(np.asarray(ids + [eos], dtype=np.int64))
+        yield np.asarray(ids + [eos], dtype=np.int64)
         total += len(ids) + 1
         if total >= n_pool or (max_documents and count >= max_documents):
-            break
+            return
+
+
+def build_token_pool(documents: Iterator[str], tokenizer, n_pool: int, max_documents: int = 0, corpus: str = "") -> np.ndarray:
+    """About `n_pool` tokens of whole documents joined with end-of-text (`corpus`: its
+    name in config['corpora'], for errors). # (n,) int32"""
+    pieces = list(_pool_pieces(documents, tokenizer, n_pool, max_documents))
     if not pieces:
         where = f"corpus {corpus} (config key 'corpora.{corpus}')" if corpus else "the corpus"
         raise CorpusError(f"{where} has no documents; point it at files or a dataset split with text")
@@ -254,3 +261,140 @@ def build_sample(corpus_spec: dict, corpus_name: str, tokenizer, tokenizer_name:
     digest = write_sample(path, tokens, starts, attrs)
     log.info("sample %s: %d x %d tokens from a pool of %d (sha256 %s)", path, *tokens.shape, len(pool), digest[:12])
     return digest
+
+
+# ---------------------------------------------------------------- the sample of a user's text
+
+SAMPLE_MAX_TOKENS = 50_000  # the paper's eval sample: the most a text sample takes unless asked
+SAMPLE_MAX_SEQ_LEN = 2048  # the paper's sequences: the longest unless asked (or the context is shorter)
+SAMPLE_MIN_SEQ_LEN = 16  # a short text's sequences are halved down to this, no further
+SAMPLE_POOL_FACTOR = 20  # schema default of sample.pool_factor
+CONFIG_OPTIONS = {"n_tokens": "sample.n_tokens: {}", "seq_len": "sample.seq_len: {}"}  # how a config sets them
+
+
+@dataclass(frozen=True)
+class SampleSize:
+    """The size of an eval sample of a text: `n_tokens` (rounded up to whole sequences when
+    drawn) in sequences of `seq_len`; `pool_tokens` the tokens of the text it is drawn from
+    (read up to pool_factor x n_tokens), `windows` the seq_len-token windows they hold;
+    `how` says how each value was chosen, for the user to read."""
+
+    n_tokens: int
+    seq_len: int
+    pool_tokens: int
+    windows: int
+    how: str
+
+    @property
+    def n_seq(self) -> int:
+        return math.ceil(self.n_tokens / self.seq_len)
+
+    def describe(self) -> str:
+        return (f"eval sample of {self.n_seq} sequences of {self.seq_len} tokens ({self.n_seq * self.seq_len:,}), drawn "
+                f"from {self.windows} windows of the text's first {self.pool_tokens:,} tokens. {self.how[0].upper()}{self.how[1:]}")
+
+
+def document_lengths(documents: Iterator[str], tokenizer, n_pool: int) -> np.ndarray:
+    """Tokens of each document in a pool of `n_pool` tokens as build_token_pool joins them
+    (its ids and an end-of-text), up to the document that reaches n_pool. # (n_docs,) int64"""
+    return np.asarray([len(piece) for piece in _pool_pieces(documents, tokenizer, n_pool)], dtype=np.int64)
+
+
+def pool_tokens(lengths: np.ndarray, n_pool: int) -> int:
+    """Tokens of the pool build_token_pool reads for `n_pool`: whole documents up to the first
+    total of n_pool or more, or all of them."""
+    total = np.cumsum(lengths)
+    return int(total[min(int(np.searchsorted(total, n_pool)), len(total) - 1)]) if len(total) else 0
+
+
+def choose_sample_size(lengths: np.ndarray, context: tuple[str, int] | None, *, n_tokens: int | None = None,
+                       seq_len: int | None = None, pool_factor: int = SAMPLE_POOL_FACTOR, options: dict = CONFIG_OPTIONS,
+                       where: str = "the text", model: str = "the model") -> SampleSize:
+    """The eval sample a text (its documents' token counts, `lengths`, read up to pool_factor
+    x the largest sample asked) gives a model of `context` ((field, positions) of its
+    config.json, lmsat.models.context_length; None: unstated). What is not given is chosen:
+
+    - seq_len: SAMPLE_MAX_SEQ_LEN capped at the context, halved (down to SAMPLE_MIN_SEQ_LEN)
+      while the text gives fewer than 4 windows;
+    - n_tokens: half the text's windows (the other half keeps the draw a random one), at
+      most SAMPLE_MAX_TOKENS.
+
+    The one rule of `lmsat init` (the workflow's config), `lmsat analyse --text` and
+    lmsat.callbacks.SaturationCallback: the same text and model give the same sample in all
+    three. A given value that the text or the model cannot serve is a CorpusError naming
+    it as the user sets it (`options`: "n_tokens" and "seq_len" -> the option's spelling
+    with {} for a value: "n_tokens={}", "--n-tokens {}", "sample.n_tokens: {}")."""
+    def option(name, value):
+        return options[name].format(value)
+
+    limit = context[1] if context else None
+    stated = f" ({context[0]}={context[1]})" if context else ""
+    if seq_len is not None:
+        if seq_len < 2:
+            raise CorpusError(f"a sequence length of {seq_len} tokens predicts nothing. Fix: {option('seq_len', 2)} or more")
+        if limit and seq_len > limit:
+            raise CorpusError(
+                f"{option('seq_len', seq_len)} exceeds the context of {model}{stated}: positions past it would give "
+                f"wrong losses, without an error. Fix: {option('seq_len', limit)} or less"
+            )
+    if n_tokens is not None and n_tokens < 1:
+        raise CorpusError(f"{option('n_tokens', n_tokens)}: a sample needs at least one token. Fix: "
+                          f"{option('n_tokens', 1)} or more, or leave it out")
+    text_tokens = pool_tokens(lengths, pool_factor * SAMPLE_MAX_TOKENS)
+    how, chosen = [], []
+    if seq_len is None:
+        chosen.append(option("seq_len", "L"))
+        seq_len = min(SAMPLE_MAX_SEQ_LEN, limit or SAMPLE_MAX_SEQ_LEN)
+        how.append(f"sequences of {seq_len}: the paper's 2048" if seq_len == SAMPLE_MAX_SEQ_LEN else
+                   f"sequences of {seq_len}: the paper's 2048 capped at the context of {model}{stated}")
+        longest = seq_len
+        while seq_len > SAMPLE_MIN_SEQ_LEN and text_tokens // seq_len < 4:
+            seq_len //= 2
+        if seq_len < longest:
+            how[-1] = f"sequences of {seq_len}: the longest of which the text gives 4 windows"
+        shorter = ""
+    else:
+        how.append(f"sequences of {seq_len}: {option('seq_len', seq_len)}")
+        shorter = f", or shorter sequences ({option('seq_len', max(2, text_tokens // 2))} or less)"
+    windows = text_tokens // seq_len
+    if windows < 2:
+        raise CorpusError(
+            f"{where} gives {text_tokens:,} tokens, too few for an eval sample of two {seq_len}-token sequences "
+            f"(the verdict compares sequences: it needs two at least). Fix: give more text{shorter}"
+        )
+    default = min(SAMPLE_MAX_TOKENS, (windows // 2) * seq_len)
+    if n_tokens is None:
+        chosen.insert(0, option("n_tokens", "N"))
+        n_tokens, drawn = default, pool_tokens(lengths, pool_factor * default)
+        how.append(f"{n_tokens:,} tokens: the paper's 50,000" if n_tokens == SAMPLE_MAX_TOKENS else
+                   f"{n_tokens:,} tokens: half the text's {windows} windows (at most 50,000)")
+    else:
+        drawn = pool_tokens(lengths, pool_factor * n_tokens)
+        if drawn // seq_len < math.ceil(n_tokens / seq_len):
+            raise CorpusError(
+                f"{where} gives {drawn:,} tokens: {drawn // seq_len} windows of {seq_len}, fewer than the "
+                f"{math.ceil(n_tokens / seq_len)} sequences that {option('n_tokens', n_tokens)} needs. Fix: "
+                f"{option('n_tokens', default)} or less (left out, the sample is {default:,} tokens: half the text's "
+                "windows), or more text"
+            )
+        how.append(f"{n_tokens:,} tokens: {option('n_tokens', n_tokens)}")
+    if chosen:
+        how.append(f"{' and '.join(chosen)} {'set' if len(chosen) > 1 else 'sets'} another")
+    return SampleSize(n_tokens, seq_len, drawn, drawn // seq_len, "; ".join(how))
+
+
+def text_sample_size(files, tokenizer, context: tuple[str, int] | None, *, n_tokens: int | None = None,
+                     seq_len: int | None = None, pool_factor: int = SAMPLE_POOL_FACTOR, options: dict = CONFIG_OPTIONS,
+                     model: str = "the model", max_document_bytes: int = MAX_DOCUMENT_BYTES) -> SampleSize:
+    """choose_sample_size on text files (.txt a document per line, .jsonl its "text" field, as
+    a `text_files` corpus reads them) tokenized by `tokenizer` (a transformers tokenizer).
+    Reads pool_factor x (the largest sample it could choose or is asked) tokens at most."""
+    spec = dict(type="text_files", files=[str(f) for f in files], text_field="text",
+                max_document_bytes=max_document_bytes)
+    n_pool = pool_factor * max(SAMPLE_MAX_TOKENS, n_tokens or 0)
+    lengths = document_lengths(iter_documents(spec, "text"), tokenizer, n_pool)
+    where = f"the text {', '.join(str(f) for f in files)}"
+    if not len(lengths):
+        raise CorpusError(f"{where} has no documents (no line with text). Fix: give a file of text, one document a line")
+    return choose_sample_size(lengths, context, n_tokens=n_tokens, seq_len=seq_len, pool_factor=pool_factor,
+                              options=options, where=where, model=model)

@@ -343,7 +343,14 @@ def verdict_section(verdicts: pd.DataFrame) -> list[str]:
     units = int(verdicts["units"].max()) if len(verdicts) else 0
     note = VERDICT_NOTE.format(units=units, alpha=alpha, level=100 * (1 - 2 * alpha), bound=100 * (1 - alpha))
     return ["<h2>Saturation verdicts, by model (smallest first)</h2>", f"<p class=\"note\">{html.escape(note)}</p>",
+            f"<p class=\"note\">{html.escape(VERDICT_CAUSE_NOTE)}</p>",
             html_table(verdict_rows(verdicts), css_class="sortable verdicts")]
+
+
+VERDICT_CAUSE_NOTE = (
+    "The verdict tests a rise of the eval loss, not its cause. The paper's cause is the softmax bottleneck "
+    "(Figs. 4 to 8 test it); a loss that rises because the training data repeat (several epochs: overfitting "
+    "to them) reads saturates too (docs/saturation.md).")
 
 
 def figure_links(figures) -> str:

@@ -10,8 +10,10 @@ numbers equal that run's for the checkpoint; --config takes the run's config for
 settings that decide them (extraction, seed, spectra; default: the schema's defaults).
 --text builds a sample from text files as rule sample_eval_tokens does (same sample
 settings): another sample, so other numbers than a run on another corpus. Without --config,
-its sequences are the run default's (2048 tokens) capped at the model's context, with a
-note saying so; --seq-len and --n-tokens set them.
+its size is the one `lmsat init` writes into a run's config for that text and model (and
+SaturationCallback takes): sequences of 2048 tokens capped at the model's context, half the
+text's windows, at most 50,000 tokens (lmsat.corpus.text_sample_size); it is printed, and
+--seq-len and --n-tokens set it.
 """
 
 from __future__ import annotations
@@ -43,8 +45,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--threads", type=int, help="CPU threads of torch")
     parser.add_argument("--save-sample", type=Path, help="with --text: keep the built sample at this path")
     parser.add_argument("--seq-len", type=int, help="with --text: tokens per sequence (default: the config's, or without "
-                        "--config the run default 2048 capped at the model's context)")
-    parser.add_argument("--n-tokens", type=int, help="with --text: tokens in the sample (default: the config's, or the run default)")
+                        "--config 2048 capped at the model's context, shorter for a short text, as `lmsat init` picks it)")
+    parser.add_argument("--n-tokens", type=int, help="with --text: tokens in the sample (default: the config's, or without "
+                        "--config half the text's windows, at most 50,000, as `lmsat init` picks it)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
 
 
@@ -82,16 +85,15 @@ def run(args) -> int:
             elif args.text:
                 if tokenizer_dir is None:
                     raise AnalyseError(f"--text needs a tokenizer and none is beside {checkpoint}. Fix: pass --tokenizer DIR")
-                settings, note = sample_settings(settings, json.loads((checkpoint / "config.json").read_text()),
-                                                 seq_len=args.seq_len, n_tokens=args.n_tokens,
-                                                 from_config=args.config is not None, where=f"checkpoint {checkpoint}")
-                if note:
-                    print(f"lmsat analyse: note: {note}", file=sys.stderr)
+                settings, size = sample_settings(settings, json.loads((checkpoint / "config.json").read_text()), args.text,
+                                                 tokenizer_dir, seq_len=args.seq_len, n_tokens=args.n_tokens,
+                                                 config=args.config, where=f"checkpoint {checkpoint}")
+                print(f"lmsat analyse: {size.describe()}", file=sys.stderr)
                 path = args.save_sample or Path(scratch) / "sample.h5"
                 tokens, sample = text_sample(args.text, tokenizer_dir, path, settings)
                 origin = {"kind": "text", "files": [str(f) for f in args.text], "saved": str(path) if args.save_sample else None,
                           "rule": "built as rule sample_eval_tokens builds the eval sample (lmsat.corpus.build_sample)",
-                          "settings": {**settings["sample"], "seed": settings["seed"]}}
+                          "settings": {**settings["sample"], "seed": settings["seed"]}, "chosen": size.how}
             else:
                 origin = None
             report = analyse_checkpoint(checkpoint, tokens, sample, settings=settings, metrics=args.metrics,
@@ -126,7 +128,8 @@ def describe(output: dict) -> str:
     elif sample["kind"] == "sample":
         lines.append(f"sample      {sample['path']} ({sample['n_seq']} x {sample['seq_len']} tokens, sha256 {sample['sha256'][:12]})")
     else:
-        lines.append(f"sample      built from {', '.join(sample['files'])}: {sample['rule']}, settings {sample['settings']}; "
+        lines.append(f"sample      built from {', '.join(sample['files'])} (corpus {sample['settings']['corpus']!r}): "
+                     f"{sample['rule']}, settings {sample['settings']} ({sample['chosen']}); "
                      f"{sample['n_seq']} x {sample['seq_len']} tokens, sha256 {sample['sha256'][:12]}"
                      + (f", saved to {sample['saved']}" if sample["saved"] else " (not saved: --save-sample PATH keeps it)"))
         lines.append("            another sample than a run's: its numbers are not that run's (pass --sample for those)")

@@ -12,13 +12,18 @@ training_args.bin, a pickle), and the tokenizer saved beside them. The config it
 discovers the checkpoints again at every planning (a run still training gets its new
 checkpoints analysed by the next `snakemake`), plans nothing that needs the network, a
 scaling fit only for two model sizes or more, and is checked by planning before it is written.
+The eval sample's size is chosen as `lmsat analyse --text` and SaturationCallback choose it
+(lmsat.corpus.text_sample_size). --bottleneck adds rank-constrained heads (Figs. 6, 8) for
+the models narrower than d=1000. It prints where the run writes (results/<run>/).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import re
 import sys
+import textwrap
 from pathlib import Path
 
 import yaml
@@ -30,9 +35,12 @@ from lmsat.names import PATH_NAME_PATTERN
 
 REPO = Path(__file__).resolve().parents[3]  # src/lmsat/commands/init.py -> the repository
 SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
-MAX_SEQ_LEN = 2048  # the paper's sequences; shorter when the model's context is
-MAX_SAMPLE_TOKENS = 50000  # the paper's eval sample
-POOL_FACTOR = 20  # schema default of sample.pool_factor
+
+
+BOTTLENECK_WIDTH = 1000  # the paper: heads of models narrower than ~1000 are the bottleneck (Fig. 6)
+BOTTLENECK_TRAIN_TOKENS = 2_000_000  # the most head-training tokens init plans (the paper: 150M; disk d x 2 B each)
+BOTTLENECK_STEPS = 286  # the paper's optimizer steps (App. B)
+BOTTLENECK_RANKS = 6  # ranks swept below d, at most (then d itself)
 
 
 class InitError(Exception):
@@ -51,6 +59,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tokens-per-step", type=int,
                         help="training tokens per optimizer step, when trainer_state.json does not record them")
     parser.add_argument("--force", action="store_true", help="overwrite an existing config file")
+    parser.add_argument("--bottleneck", nargs="*", type=Path, metavar="TRAIN_TEXT",
+                        help="also train rank-constrained heads on the final checkpoint of every model narrower than "
+                             f"d={BOTTLENECK_WIDTH} (Figs. 6 and 8: is the head why it saturates?), on TRAIN_TEXT files "
+                             "(best: some of the training data), or without files on the eval text outside the sample")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -133,24 +145,18 @@ def tokens_per_step(folder: Path, glob: str, given: int | None, key: str) -> tup
     return next(iter(records.values()))
 
 
-def sample_size(text: list[Path], tokenizer_dir: Path, context: int) -> tuple[int, int, int]:
-    """(n_tokens, seq_len, tokens read) of an eval sample the text can give: sequences of the
-    model's context (at most 2048), at most 50k tokens, and at most half the text's windows."""
-    from lmsat.corpus import build_token_pool, iter_documents
+def sample_size(text: list[Path], tokenizer_dir: Path, context: tuple[str, int] | None):
+    """The eval sample the text gives the models (lmsat.corpus.text_sample_size: the rule
+    `lmsat analyse --text` and SaturationCallback follow too, so they draw the same sample):
+    sequences of the context (at most 2048), half the text's windows, at most 50k tokens."""
+    from lmsat.corpus import CorpusError, text_sample_size
     from lmsat.models import load_tokenizer
 
-    spec = dict(type="text_files", files=[str(p) for p in text], text_field="text", max_documents=0,
-                max_document_bytes=16_000_000)
     tokenizer = load_tokenizer(dict(source="local", id=str(tokenizer_dir), revision="main"), "own")
-    pool = build_token_pool(iter_documents(spec, "text"), tokenizer, POOL_FACTOR * MAX_SAMPLE_TOKENS, 0, corpus="text")
-    seq_len = min(MAX_SEQ_LEN, context)
-    while seq_len > 16 and len(pool) // seq_len < 4:
-        seq_len //= 2
-    windows = len(pool) // seq_len
-    if windows < 2:
-        raise InitError(f"--text gives {len(pool)} tokens, too few for an eval sample of {seq_len}-token sequences; "
-                        "give more text")
-    return min(MAX_SAMPLE_TOKENS, (windows // 2) * seq_len), seq_len, len(pool)
+    try:
+        return text_sample_size(text, tokenizer, context, model="the models")
+    except CorpusError as error:
+        raise InitError(f"--text: {error}") from None
 
 
 def build_config(args: argparse.Namespace) -> tuple[dict, dict]:
@@ -201,12 +207,13 @@ def build_config(args: argparse.Namespace) -> tuple[dict, dict]:
             raise InitError(f"--text {path}: no such file")
     from lmsat.models import context_length
 
-    contexts = [context_length(rundir.read_config(Path(m["id"]) / notes["folders"][m["name"]][-1][0])) for m in models]
-    context = min([found[1] for found in contexts if found] or [MAX_SEQ_LEN])
-    n_tokens, seq_len, pool = sample_size(args.text, Path(tokenizer_dir), context)
+    contexts = [found for m in models
+                if (found := context_length(rundir.read_config(Path(m["id"]) / notes["folders"][m["name"]][-1][0])))]
+    size = sample_size(args.text, Path(tokenizer_dir), min(contexts, key=lambda found: found[1], default=None))
+    n_tokens, seq_len = size.n_tokens, size.seq_len
     in_checkpoint = any(Path(tokenizer_dir).resolve() == (Path(m["id"]) / name).resolve()
                         for m in models for name, _ in notes["folders"][m["name"]])
-    notes.update(pool=pool, tokenizer=Path(tokenizer_dir).resolve(), tokenizer_in_checkpoint=in_checkpoint)
+    notes.update(sample=size, tokenizer=Path(tokenizer_dir).resolve(), tokenizer_in_checkpoint=in_checkpoint)
     config = dict(
         run=run_name,
         seed=0,
@@ -222,8 +229,66 @@ def build_config(args: argparse.Namespace) -> tuple[dict, dict]:
         ngrams=dict(corpora=[], ground_truth=dict(sample_sizes=[])),
         bottleneck=dict(models=[]),
     )
+    if args.bottleneck is not None:
+        config["corpora"], config["bottleneck"] = bottleneck_section(config, args.bottleneck, size, Path(tokenizer_dir),
+                                                                     notes)
     config["scaling"] = scaling_section(config)
     return config, notes
+
+
+def bottleneck_section(config: dict, train_text: list[Path], size, tokenizer_dir: Path, notes: dict) -> tuple[dict, dict]:
+    """(corpora, bottleneck) of a config whose models narrower than BOTTLENECK_WIDTH (all of
+    them if none is) get rank-constrained heads (Figs. 6, 8), sized for what the text holds:
+    the eval pairs from the eval text's windows outside the sample (a quarter of them, or
+    all with `train_text`), the train pairs from `train_text` (at most
+    BOTTLENECK_TRAIN_TOKENS) or the rest of those windows; ranks: powers of 2 (of 4 past
+    BOTTLENECK_RANKS of them) below the narrowest model's d, and d; the paper's 286 steps,
+    each of about one 286th of the train pairs, its learning-rate grid."""
+    from lmsat.bottleneck import windows_per_shard
+    from lmsat.corpus import document_lengths, iter_documents, pool_tokens
+    from lmsat.models import load_tokenizer
+
+    models = config["suites"][config["run"]]["models"]
+    narrow = [m for m in models if m["hidden_size"] < BOTTLENECK_WIDTH] or models
+    seq_len = size.seq_len
+    free = size.windows - size.n_seq  # the eval text's windows the sample leaves
+    corpora = dict(config["corpora"])
+    for path in train_text:
+        if not path.is_file():
+            raise InitError(f"--bottleneck {path}: no such file")
+    if train_text:
+        corpora["bottleneck-train"] = dict(type="text_files", files=[str(p.resolve()) for p in train_text])
+        tokenizer = load_tokenizer(dict(source="local", id=str(tokenizer_dir), revision="main"), "own")
+        spec = dict(type="text_files", files=[str(p) for p in train_text], text_field="text")
+        pool_factor = 2  # schema default of bottleneck.pool_factor
+        read = pool_tokens(document_lengths(iter_documents(spec, "bottleneck-train"), tokenizer,
+                                            pool_factor * BOTTLENECK_TRAIN_TOKENS), pool_factor * BOTTLENECK_TRAIN_TOKENS)
+        train_windows, eval_windows = min(read, BOTTLENECK_TRAIN_TOKENS) // seq_len, free
+    else:
+        eval_windows = max(1, free // 4)
+        train_windows = min(free - eval_windows, BOTTLENECK_TRAIN_TOKENS // seq_len)
+    if train_windows < 1 or eval_windows < 1:
+        raise InitError(
+            f"--bottleneck: the text gives {free} window(s) of {seq_len} tokens besides the eval sample's "
+            f"{size.n_seq}, too few for the heads' train and eval pairs. Fix: give more --text, or training text: "
+            "--bottleneck TRAIN_TEXT"
+        )
+    d = min(m["hidden_size"] for m in narrow)
+    ranks = [2**k for k in range(max(d - 1, 1).bit_length()) if 2**k < d]
+    if len(ranks) > BOTTLENECK_RANKS:
+        ranks = [r for r in ranks if r.bit_length() % 2 == 1]  # powers of 4
+    shard_tokens = 1_048_576  # schema default of bottleneck.shard_tokens
+    positions = min(windows_per_shard(shard_tokens, seq_len), train_windows) * (seq_len - 1)  # of a train shard
+    per_step = min(256 * 2048, max(256, math.ceil(train_windows * (seq_len - 1) / BOTTLENECK_STEPS)))  # the paper's at most
+    head_seq_len = min(2048, per_step, positions)
+    batch = min(256, math.ceil(per_step / head_seq_len))
+    notes["bottleneck"] = dict(narrow=len(narrow) < len(models) or models[0]["hidden_size"] < BOTTLENECK_WIDTH,
+                               train_text=[str(p) for p in train_text], free=free)
+    section = dict(models=[m["name"] for m in narrow], ranks=ranks, full_rank=True,
+                   train_corpus="bottleneck-train" if train_text else "", train_tokens=train_windows * seq_len,
+                   eval_tokens=eval_windows * seq_len, seq_len=head_seq_len, batch_sequences=batch,
+                   steps=BOTTLENECK_STEPS)
+    return corpora, section
 
 
 def scaling_section(config: dict) -> dict:
@@ -276,15 +341,17 @@ def commented(config: dict, notes: dict, command: str, output: Path) -> str:
         + ("# It lives in a checkpoint: if the trainer deletes old checkpoints (save_total_limit), copy it\n"
            "# elsewhere and point `id` there.\n" if notes["tokenizer_in_checkpoint"] else ""),
         dump({"tokenizers": config["tokenizers"]}),
-        f"# The eval token sample: {config['sample']['n_tokens']} tokens in sequences of {config['sample']['seq_len']} "
-        f"(the model's context, at most 2048)\n# drawn from the first {notes['pool']} tokens of this text.\n",
+        "# The eval token sample (`lmsat analyse --text` and SaturationCallback choose the same):\n"
+        + "".join(f"#   {line}\n" for line in textwrap.wrap(notes["sample"].describe(), 92)),
         dump({"corpora": config["corpora"], "sample": config["sample"]}),
         dump({"extraction": config["extraction"]}),
         "# null: every registered metric (lmsat.metrics): loss, anisotropy, effective rank, head spectra, attention.\n",
         "metrics: null\n",
         "# No Table 1 (lm-eval's tasks are on the hub), no n-gram W-error or ground truth (the toy\n"
-        "# suite's), no rank-constrained heads (list models under bottleneck.models to add them).\n",
-        dump({k: config[k] for k in ("evaluation", "ngrams", "bottleneck")}),
+        "# suite's)" + (".\n" if config["bottleneck"]["models"] else
+                        ", no rank-constrained heads (`lmsat init --bottleneck` plans them).\n"),
+        dump({k: config[k] for k in ("evaluation", "ngrams")}),
+        bottleneck_comment(config, notes) + dump({"bottleneck": config["bottleneck"]}),
     ]
     if config["scaling"]["enabled"]:
         parts.append(
@@ -295,6 +362,25 @@ def commented(config: dict, notes: dict, command: str, output: Path) -> str:
         parts.append("# No Fig. 1b: one model size gives no scaling law (add runs of other sizes to fit one).\n")
     parts.append(dump({"scaling": config["scaling"]}))
     return "\n".join(part.rstrip("\n") + "\n" for part in parts)
+
+
+def bottleneck_comment(config: dict, notes: dict) -> str:
+    """Where the bottleneck section's values came from (bottleneck_section), or how to get one."""
+    bottleneck = config["bottleneck"]
+    if not bottleneck["models"]:
+        return ""
+    found = notes["bottleneck"]
+    who = (f"the models narrower than d={BOTTLENECK_WIDTH} (the paper's bottleneck)" if found["narrow"] else
+           f"every model (none is narrower than d={BOTTLENECK_WIDTH}, where the paper finds the bottleneck)")
+    source = (f"trained on {', '.join(found['train_text'])} (corpus bottleneck-train)" if found["train_text"] else
+              f"trained on the eval text's {found['free']} windows outside the eval sample (a quarter of them "
+              "are the eval pairs)")
+    text = (f"Rank-constrained heads (Figs. 6, 8) on the final checkpoint of {who}, {source}. "
+            f"{bottleneck['train_tokens']:,} train and {bottleneck['eval_tokens']:,} eval tokens; ranks: powers of 2 "
+            "below d, and d; the paper's 286 steps and learning-rate grid, each step on one 286th of the train pairs "
+            "(256 at least: a short text is gone over several times). The paper trained on 150M tokens: more text "
+            "gives firmer heads.")
+    return "".join(f"# {line}\n" for line in textwrap.wrap(text, 94))
 
 
 def next_commands(output: Path) -> str:
@@ -326,4 +412,15 @@ def write_config(args: argparse.Namespace) -> tuple[Path, str]:
     load_yaml(tmp)
     tmp.replace(output)
     models = ", ".join(f"{name} ({len(revs)} checkpoints)" for name, revs in notes["folders"].items())
-    return output, f"wrote {output}: run {config['run']}, models {models}" + next_commands(output)
+    return output, (f"wrote {output}: run {config['run']}, models {models}\n" + run_paths(config)
+                    + next_commands(output))
+
+
+def run_paths(config: dict) -> str:
+    """Where the run's results and its eval sample will be (the paths rule sample_eval_tokens
+    and every other rule write, results/<run>/...), relative to where snakemake runs."""
+    run = config["run"]
+    tokenizer = config["suites"][run]["tokenizer"]
+    return (f"results: results/{run}/ (tables/, figures/, report/)\n"
+            f"eval sample: results/{run}/samples/{config['sample']['corpus']}/{tokenizer}.h5 (`lmsat analyse CHECKPOINT "
+            f"--sample` it; {config['sample']['n_tokens']:,} tokens in sequences of {config['sample']['seq_len']})\n")
