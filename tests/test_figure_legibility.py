@@ -12,11 +12,10 @@ import itertools
 import numpy as np
 import pandas as pd
 import pytest
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 from lmsat.figures import FIGURES
 from lmsat.figures.bottleneck import plot_werror_loss
-from lmsat.figures.legibility import collisions, keep_clear
+from lmsat.figures.legibility import collisions, keep_clear, render, tick_labels
 from lmsat.figures.style import compact_number, named_steps_room, overlaps, panel_grid, plt
 from lmsat.figures.ticks import CompactLogLocator
 
@@ -81,33 +80,12 @@ def heads_table() -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def render(fig):
-    """Draw `fig` (closed by save_figure: a fresh Agg canvas) and return its renderer."""
-    canvas = FigureCanvasAgg(fig)
-    canvas.draw()
-    return canvas.get_renderer()
-
-
 def drawn_tick_labels(fig):
     """(text, display bounding box) of every tick label the renderer draws: visible axes,
-    visible non-empty labels of ticks inside the view."""
+    visible non-empty labels of ticks inside the view (lmsat.figures.legibility.tick_labels)."""
     renderer = render(fig)
-    labels = []
-    for ax in fig.axes:
-        if not ax.get_visible():
-            continue
-        for axis in (ax.xaxis, ax.yaxis):
-            lo, hi = sorted(axis.get_view_interval())
-            slack = 1e-9 * max(abs(lo), abs(hi), 1)
-            for ticks, locs in ((axis.get_major_ticks, axis.get_majorticklocs()),
-                                (axis.get_minor_ticks, axis.get_minorticklocs())):
-                for tick, loc in zip(ticks(len(locs)), locs):
-                    if not lo - slack <= loc <= hi + slack:
-                        continue
-                    for label in (tick.label1, tick.label2):
-                        if label.get_visible() and label.get_text():
-                            labels.append((label.get_text(), label.get_window_extent(renderer)))
-    return labels
+    return [label for ax in fig.axes if ax.get_visible() for axis in (ax.xaxis, ax.yaxis)
+            for label in tick_labels(axis, renderer)]
 
 
 def assert_no_overlap(fig, name):

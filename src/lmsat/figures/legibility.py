@@ -140,7 +140,9 @@ def data_boxes(fig) -> np.ndarray:
     return np.concatenate(boxes) if boxes else np.empty((0, 4))
 
 
-def _drawn_tick_labels(axis, renderer):
+def tick_labels(axis, renderer):
+    """(text, display box) of every tick label `axis` draws: visible, non-empty labels of the
+    major and minor ticks inside the view."""
     lo, hi = sorted(axis.get_view_interval())
     slack = 1e-9 * max(abs(lo), abs(hi), 1)
     for ticks, locs in ((axis.get_major_ticks, axis.get_majorticklocs()),
@@ -159,7 +161,7 @@ def furniture(fig, renderer) -> list[tuple[str, object]]:
         if not ax.get_visible():
             continue
         for axis in (ax.xaxis, ax.yaxis):
-            found += [(f"tick label {text!r}", box) for text, box in _drawn_tick_labels(axis, renderer)]
+            found += [(f"tick label {text!r}", box) for text, box in tick_labels(axis, renderer)]
             if axis.label.get_visible() and axis.label.get_text():
                 found.append((f"axis label {axis.label.get_text()!r}", axis.label.get_window_extent(renderer)))
         titles = [child for child in ax.get_children() if _is_text(child) and child not in ax.texts]
