@@ -1,24 +1,29 @@
 """Figures read well for any run: a short own run (3 or 8 checkpoints, less than a decade of
 training tokens past step 0) and a long one (Pythia's 154 steps). Every registered figure but
 the n-gram ones is drawn through the registry from tables shaped like the run's;
-no two drawn tick labels overlap (their rendered bounding boxes), each step has its own
-colour, and point labels stay inside their axes and apart."""
+no two drawn tick labels overlap (their rendered bounding boxes), no legend or label covers
+a data point, a tick label or another label (lmsat.figures.legibility.collisions), each step
+has its own colour and the colour bar gives each step back, and point labels stay inside
+their axes and apart."""
 
+import functools
 import itertools
 
 import numpy as np
 import pandas as pd
 import pytest
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 from lmsat.figures import FIGURES
 from lmsat.figures.bottleneck import plot_werror_loss
-from lmsat.figures.style import compact_number, overlaps, plt
+from lmsat.figures.legibility import collisions, keep_clear, render, tick_labels
+from lmsat.figures.style import compact_number, named_steps_room, overlaps, panel_grid, plt
 from lmsat.figures.ticks import CompactLogLocator
 
 TOKENS_PER_STEP = 4096  # an own toy run: 16 sequences of 256 tokens
 MODELS = ("toy-d16", "toy-d32", "toy-d64")
 PYTHIA_STEPS = [0] + [2**k for k in range(10)] + list(range(1000, 143001, 1000))  # 154
+DEFAULT_STEPS = [0, 1, 4, 16, 64, 200, 400, 600, 800]  # config/config.yaml's toy schedule
+OWN_STEPS = list(range(40, 401, 40))  # a Trainer run saving every 40 steps (issue 44: 120, 320 unnamed)
 
 
 def run_steps(n: int) -> list[int]:
@@ -32,10 +37,16 @@ def run_tables(steps) -> dict[str, pd.DataFrame]:
     loss, training, spectra, entropy, attention, rank, layers = [], [], [], [], [], [], []
     final = max(steps)
     for k, model in enumerate(MODELS):
+        # the smallest saturates at once: its best checkpoint, the first past step 0, is the
+        # lowest point, bottom left of its panel (where Fig. 1a's legend used to sit)
+        saturates = k == 0 and len(steps) > 2
+        best = steps[1] if saturates else steps[-2]
         for step in steps:
             base = dict(suite="toy", model=model, revision=f"step{step}", step=step, tokens=step * TOKENS_PER_STEP)
-            value = 4.0 - 0.3 * k + 3.0 / (1 + step / 50)
-            loss.append(dict(base, loss=value, loss_sem=0.01, is_best=step == steps[-2]))
+            value = 4.0 - 0.3 * k + 3.0 / (1 + min(step, best) / 50)
+            if saturates and step > best:  # rises from its best
+                value += 0.05 + 0.3 * np.log1p(step - best) / np.log1p(final)
+            loss.append(dict(base, loss=value, loss_sem=0.01, is_best=step == best))
             training.append(dict(base, loss=value, anisotropy_last=0.2 + 0.001 * step / max(final, 1) + 0.1 * k))
             flagged = step == steps[1]
             for i in range(16):
@@ -69,33 +80,12 @@ def heads_table() -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def render(fig):
-    """Draw `fig` (closed by save_figure: a fresh Agg canvas) and return its renderer."""
-    canvas = FigureCanvasAgg(fig)
-    canvas.draw()
-    return canvas.get_renderer()
-
-
 def drawn_tick_labels(fig):
     """(text, display bounding box) of every tick label the renderer draws: visible axes,
-    visible non-empty labels of ticks inside the view."""
+    visible non-empty labels of ticks inside the view (lmsat.figures.legibility.tick_labels)."""
     renderer = render(fig)
-    labels = []
-    for ax in fig.axes:
-        if not ax.get_visible():
-            continue
-        for axis in (ax.xaxis, ax.yaxis):
-            lo, hi = sorted(axis.get_view_interval())
-            slack = 1e-9 * max(abs(lo), abs(hi), 1)
-            for ticks, locs in ((axis.get_major_ticks, axis.get_majorticklocs()),
-                                (axis.get_minor_ticks, axis.get_minorticklocs())):
-                for tick, loc in zip(ticks(len(locs)), locs):
-                    if not lo - slack <= loc <= hi + slack:
-                        continue
-                    for label in (tick.label1, tick.label2):
-                        if label.get_visible() and label.get_text():
-                            labels.append((label.get_text(), label.get_window_extent(renderer)))
-    return labels
+    return [label for ax in fig.axes if ax.get_visible() for axis in (ax.xaxis, ax.yaxis)
+            for label in tick_labels(axis, renderer)]
 
 
 def assert_no_overlap(fig, name):
@@ -103,6 +93,13 @@ def assert_no_overlap(fig, name):
     assert labels, f"{name}: no tick label drawn"
     clashes = [(a, b) for (a, box_a), (b, box_b) in itertools.combinations(labels, 2) if overlaps(box_a, box_b)]
     assert not clashes, f"{name}: overlapping tick labels {clashes[:5]}"
+
+
+@functools.cache
+def figures_of_a_run(n_checkpoints: int) -> dict:
+    """draw_all of a run of n checkpoints, drawn once for the tests that read them (a figure
+    is closed by save_figure; rendering it again is what each test does)."""
+    return draw_all(run_steps(n_checkpoints))
 
 
 def draw_all(steps):
@@ -128,15 +125,14 @@ def draw_all(steps):
 
 @pytest.mark.parametrize("n_checkpoints", [3, 8, 154])
 def test_no_two_tick_labels_overlap(n_checkpoints):
-    for name, fig in draw_all(run_steps(n_checkpoints)).items():
+    for name, fig in figures_of_a_run(n_checkpoints).items():
         assert_no_overlap(fig, f"{name} ({n_checkpoints} checkpoints)")
-        plt.close(fig)
 
 
 @pytest.mark.parametrize("n_checkpoints", [3, 8])
 def test_short_runs_label_their_token_axis(n_checkpoints):
     """Less than a decade of tokens: still at least two labelled ticks on the along-training axes."""
-    figures = draw_all(run_steps(n_checkpoints))
+    figures = figures_of_a_run(n_checkpoints)
     for name in ("fig1a_loss", "fig3_anisotropy_training", "effective_rank", "attention_lowrank"):
         ax = [ax for ax in figures[name].axes if ax.get_xscale() == "log"][-1]
         lo, hi = ax.get_xlim()
@@ -146,10 +142,72 @@ def test_short_runs_label_their_token_axis(n_checkpoints):
 
 
 @pytest.mark.parametrize("n_checkpoints", [3, 8, 154])
-def test_each_step_has_its_own_colour_in_the_head_spectra(n_checkpoints):
-    steps = run_steps(n_checkpoints)
+def test_no_legend_or_label_covers_data_ticks_or_another_label(n_checkpoints):
+    """Every figure: legends, point labels and notes off every data point (markers, line
+    vertices and segments, reference lines), tick label, axis label, title and each other."""
+    for name, fig in figures_of_a_run(n_checkpoints).items():
+        clashes = collisions(fig)
+        assert not clashes, f"{name} ({n_checkpoints} checkpoints): {clashes[:5]}"
+
+
+def test_the_published_figures_keep_their_labels_off_the_data_and_the_ticks():
+    """The published record's own numbers: Fig. 1b's "70m +29.6%" sat on the y tick "4.5" and
+    "160m +15.1%" across the law's curve (issue 44)."""
+    import yaml
+
+    from lmsat.published_record import tables
+
+    from conftest import ROOT
+
+    suite = yaml.safe_load((ROOT / "config" / "published.yaml").read_text())["suites"]["pythia-published"]
+    products = tables("pythia-published", [m["name"] for m in suite["models"]], suite["min_params"])
+    for stem in ("published_fig1a", "published_fig1b"):
+        fig = FIGURES[stem].plot(products, [])
+        assert not collisions(fig), f"{stem}: {collisions(fig)}"
+        plt.close(fig)
+
+
+def test_collisions_name_what_covers_what_and_keep_clear_moves_it():
+    """The check can fail: a legend on the points, a point label on a tick label and one on
+    another label are each reported, and keep_clear moves them off."""
+    fig, ax = plt.subplots(figsize=(5, 3.5), layout="constrained")
+    ax.scatter([0.05, 0.1, 0.15], [0.05, 0.1, 0.15], s=40, label="points")
+    ax.plot([0.0, 1.0], [0.0, 1.0], label="line")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+    ax.legend(loc="lower left")  # on the points near (0, 0)
+    ax.annotate("on a tick", (0.0, 0.8), textcoords="offset points", xytext=(-6, 0), ha="right",
+                va="center")
+    ax.annotate("one", (0.8, 0.3), textcoords="offset points", xytext=(0, 0))
+    ax.annotate("one, again", (0.8, 0.3), textcoords="offset points", xytext=(0, 0))
+    found = collisions(fig)
+    assert any(c.startswith("legend ['points', 'line'] covers") and "data point" in c for c in found), found
+    assert "text 'on a tick' covers tick label '0.8'" in found, found
+    assert "text 'one' covers text 'one, again'" in found, found
+    keep_clear(fig)
+    assert collisions(fig) == []
+    plt.close(fig)
+
+
+def spectra_figure(steps):
     fig = FIGURES["fig4_head_spectra"].plot(run_tables(steps), [])
     panels = [ax for ax in fig.axes if ax.get_title(loc="left") in MODELS]
+    (bar,) = [ax for ax in fig.axes if ax.get_ylabel() == "training step"]
+    return fig, panels, bar
+
+
+ROOM = named_steps_room(panel_grid(len(MODELS), 3.4, 2.8, ncols=4, pad=0.4)[0])  # Fig. 4's grid of MODELS
+
+
+@pytest.mark.parametrize("steps", [run_steps(3), run_steps(8), DEFAULT_STEPS, OWN_STEPS, run_steps(ROOM),
+                                   run_steps(ROOM + 1), PYTHIA_STEPS],
+                         ids=["3", "8", "default", "own", "room", "room+1", "pythia"])
+def test_each_step_has_its_own_colour_and_the_colour_bar_gives_it_back(steps):
+    """Each step its own colour, the same in every panel; the colour bar gives each step drawn
+    back: a band labelled with that step when the bar has room for every step (the default
+    run's step 64 and an own run's 120 and 320 were unlabelled), else a ruler on which the
+    curve's colour sits at its step, marked by a tick, between labels that read true."""
+    fig, panels, bar = spectra_figure(steps)
     assert [ax.get_title(loc="left") for ax in panels] == list(MODELS)
     by_step = None
     for ax in panels:
@@ -157,11 +215,21 @@ def test_each_step_has_its_own_colour_in_the_head_spectra(n_checkpoints):
         assert len(colours) == len(steps) and len(set(colours)) == len(steps)  # one colour per step
         assert by_step in (None, colours)  # the same step, the same colour, in every panel
         by_step = colours
-    (bar,) = [ax for ax in fig.axes if ax.get_ylabel() == "training step"]
-    labels = [t.get_text() for t in bar.get_yticklabels()]
-    assert labels[0] == f"{steps[0]:,}" and labels[-1] == f"{steps[-1]:,}" and len(labels) <= 8
-    if n_checkpoints <= 8:
-        assert labels == [f"{s:,}" for s in steps]  # every step named
+    (scale,) = [c for c in bar.collections if type(c).__name__ == "QuadMesh"]  # the bar's colours, cmap and norm
+    ticks = [(loc, label.get_text()) for loc, label in zip(bar.get_yticks(), bar.get_yticklabels())]
+    lo, hi = sorted(bar.get_ylim())
+    ticks = [(loc, text) for loc, text in ticks if lo <= loc <= hi and text]
+    if len(steps) <= ROOM:  # a band per step, each named
+        named = {tuple(np.round(scale.to_rgba(loc), 6)): text for loc, text in ticks}
+        assert [named.get(colour) for colour in by_step] == [f"{step:,}" for step in steps]
+    else:  # a ruler: the curve's colour at its step, a tick there, round labels that read true
+        for step, colour in zip(steps, by_step):
+            np.testing.assert_allclose(scale.to_rgba(step), colour, atol=1e-6)
+        marked = set(bar.yaxis.get_minorticklocs()) | set(bar.yaxis.get_majorticklocs())  # a minor tick on a major goes
+        assert set(steps) <= marked
+        assert len(ticks) >= 3 and all(text == compact_number(loc) for loc, text in ticks)
+    clashes = collisions(fig)
+    assert not clashes, clashes[:5]  # the bar's labels apart
     plt.close(fig)
 
 

@@ -43,6 +43,12 @@ def legend(ax):
     return [text.get_text() for text in ax.get_legend().get_texts()]
 
 
+def figure_legend(fig):
+    """The texts of the figure's one legend (Fig. 1a's, above its panels)."""
+    (shared,) = fig.legends
+    return [text.get_text() for text in shared.get_texts()]
+
+
 def labelled(ax):
     """label -> Line2D of the labelled lines of `ax` (matplotlib names unlabelled ones '_child')."""
     return {line.get_label(): line for line in ax.lines if not line.get_label().startswith("_")}
@@ -116,20 +122,23 @@ def test_loss_panels_draw_each_models_rows_past_step_0():
         assert ax.get_xscale() == "log"
     first, *_, last = panels(fig)
     assert first.get_ylabel() == "loss (nats)" and last.get_xlabel() == "training tokens"
-    assert legend(first) == ["best", "entropy rate"]  # the first checkpoint is not far above: all drawn
+    # one legend above the panels, none in a panel (where it covered the best star, issue 44)
+    assert figure_legend(fig) == ["best", "entropy rate"]  # the first checkpoint is not far above: all drawn
+    assert all(ax.get_legend() is None for ax in panels(fig))
+    assert fig.legends[0].get_window_extent().y0 >= max(ax.get_window_extent().y1 for ax in panels(fig))
 
 
 def test_capped_loss_axis_says_how_many_points_are_above_it():
     table = loss_rows(["m"], drop=60.0, power=3)  # a steep early descent: 10.5, 5.2, 3.9, ... 3.05
-    ax = plot_loss_curves(table, []).axes[0]
+    fig = plot_loss_curves(table, [])
+    ax = fig.axes[0]
     loss = table.loc[table["tokens"] > 0, "loss"].to_numpy()
     top = ax.get_ylim()[1]
     assert np.percentile(loss, LOSS_CAP_PERCENTILE) < top < loss.max()
     above = int((loss > top).sum())
     assert (loss[:above] > top).all() and above >= 1  # the first checkpoints
-    notes = [t.get_text() for t in ax.texts]
-    assert notes == [f"{above} above the axis (up to {loss.max():.2f})"]
-    assert legend(ax) == ["off the axis", "best"]
+    assert ax.get_title(loc="right") == f"{above} above (up to {loss.max():.2f})" and not ax.texts  # off the data
+    assert figure_legend(fig) == ["off the axis", "best"]
 
 
 def test_loss_axis_hides_nothing_when_the_first_checkpoints_are_not_far_above():
@@ -197,12 +206,79 @@ def test_scaling_figure_draws_the_measured_points_and_the_law():
         np.testing.assert_allclose(law.get_ydata(), law_curve(rows["n_params"], rows["tokens"], x, **constants))
     assert legend(ax) == [
         "law at final token counts", "final checkpoints (mean shortfall +3.4%)",
-        "law at best token counts", "best checkpoints (mean shortfall +1.4%)",
+        "law at best token counts", "best checkpoints (mean shortfall +1.4%)", "fit threshold N >= 10M",
     ]
     assert ax.get_xlabel() == "parameters N (non-embedding)" and ax.get_ylabel() == "loss (nats/token)"
     assert ax.get_title().startswith("L = 1/N^0.300 + 4.5/T^0.28 + 2.6") and "(A, alpha fitted)" in ax.get_title()
     names = [t.get_text() for t in ax.texts if t.get_text() in ("small", "large")]
     assert names == ["small", "large"]
+
+
+def sizes(*n_params, fitted_from=0.0):
+    """scaling_shortfall rows of a final and a best checkpoint per size, fitted from `fitted_from`."""
+    rows = []
+    for n in n_params:
+        for kind, shift in (("final", 0.0), ("best", -0.01)):
+            rows.append(dict(model=f"m{n:.0e}", n_params=n, kind=kind, tokens=800, measured=3.0 - np.log10(n) / 10 + shift,
+                             predicted=2.9, shortfall_pct=0.0, fitted=kind == "final" and n >= fitted_from))
+    return pd.DataFrame(rows)
+
+
+@pytest.mark.parametrize("points, source, says", [
+    (sizes(1e6, 1e8), "fit", True),  # an own run of two widths, or the default run's two fitted toys
+    (sizes(1e5, 1e6, 1e8, fitted_from=1e6), "fit", True),  # three sizes, two of them fitted
+    (sizes(1e6, 1e7, 1e8), "fit", False),  # three fitted: a residual, an interval
+    (sizes(1e6, 1e8), "fixed", False),  # constants from the config: nothing fitted
+])
+def test_scaling_figure_says_when_the_law_passes_exactly_through_its_two_sizes(points, source, says):
+    """Issue 44: a law fitted on two sizes has no residual and no interval; the figure says so."""
+    fit = FIT.copy()
+    fit["source"] = source
+    title = plot_scaling_fit(points, fit, []).axes[0].get_title()
+    note = "A, alpha fitted on 2 sizes only: the law passes through them exactly (no residual, no interval)"
+    assert (note in title) == says, title
+
+
+def published_rows():
+    """published_loss.csv rows: three models at the record's steps (0 ... 143000); the smallest
+    rises in the last decade, its best checkpoint there (step 53000)."""
+    rows = []
+    steps = [0, 1000, 3000] + list(range(13000, 143001, 10000))
+    for k, model in enumerate(("pythia-70m", "pythia-70m-deduped", "pythia-160m")):
+        for step in steps:
+            ppl = 1e6 / (1 + step) ** 1.2 + 20 - 5 * k + (0.001 * max(step - 53000, 0) if k < 2 else 0.0)
+            rows.append(dict(model=model, step=step, tokens=step * 2_097_152, perplexity=ppl))
+    table = pd.DataFrame(rows)
+    best = table[table["step"] > 0].groupby("model")["perplexity"].idxmin()
+    return table.assign(is_best=table.index.isin(best))
+
+
+def test_published_fig1a_zooms_on_the_last_decade_on_a_linear_axis():
+    """Issue 44: the late phase, where saturation shows, had a fifth of the log-log plot's
+    width; a second panel draws the last decade of tokens on a linear perplexity axis, with
+    every model's curve and its best-checkpoint star."""
+    from lmsat.figures.published import plot_published_curves
+
+    table = published_rows()
+    fig = plot_published_curves(table, [])
+    full, zoom = [ax for ax in fig.axes if ax.get_visible()]
+    last = table["tokens"].max()
+    np.testing.assert_allclose(zoom.get_xlim(), (last / 10, last * 1.04))
+    assert zoom.get_xscale() == "log" and zoom.get_yscale() == "linear" and full.get_yscale() == "log"
+    shown = table[(table["tokens"] >= last / 10)]["perplexity"]
+    low, high = zoom.get_ylim()
+    assert low <= shown.min() and shown.max() <= high and high - low < 1.2 * (shown.max() - shown.min())
+    models = in_table_order(table)
+    for ax in (full, zoom):
+        curves = [line for line in ax.get_lines() if len(line.get_xdata()) > 1]
+        assert len(curves) == len(models)
+        for line, model in zip(curves, models):
+            rows = table[(table["model"] == model) & (table["tokens"] > 0)].sort_values("step")
+            assert_line(line, rows["tokens"], rows["perplexity"])
+        stars = [c.get_offsets() for c in ax.collections if len(c.get_offsets())]
+        best = table[table["is_best"]]
+        np.testing.assert_allclose(np.concatenate(stars), best[["tokens", "perplexity"]].to_numpy())
+    assert full.get_legend() is None and len(fig.legends) == 1  # one legend, beside the panels
 
 
 # ------------------------------------------------------------------ Figs. 2-5, low-rank attention
@@ -301,7 +377,9 @@ def test_fig5_draws_a_line_per_model_in_size_order(power, column, unit):
         assert_line(line, rows["tokens"], rows[column])
     hollow = [c for c in ax.collections if len(c.get_offsets()) and not len(c.get_facecolor())]
     assert [tuple(c.get_offsets()[0]) for c in hollow] == [(100, entropy.loc[2, column])]
-    assert ax.get_xlabel() == "training tokens" and ax.get_ylabel() == f"singular entropy (nats), {unit}"
+    # what it is (a KL divergence to uniform, not an entropy) and which way is worse (issue 44)
+    assert ax.get_xlabel() == "training tokens"
+    assert ax.get_ylabel() == f"KL(p || uniform) (nats), {unit}\n0 = flat; higher = more degenerate"
     assert [t.get_text() for t in fig.texts] == [IDENTICAL_NOTE]
 
 

@@ -78,7 +78,8 @@ def test_effective_rank_table_and_figure_draw_the_records(tmp_path):
         assert list(solid.get_xdata()) == list(rows["tokens"]) and list(solid.get_ydata()) == list(rows["effective_rank"])
         assert list(dashed.get_ydata()) == list(rows["effective_rank_centered"]) and dashed.get_linestyle() == "--"
         assert list(entropy.get_ydata()) == list(rows["singular_entropy"])
-    assert (left.get_ylabel(), right.get_ylabel()) == ("effective rank", "singular entropy (nats)")
+    assert left.get_ylabel() == "effective rank"
+    assert right.get_ylabel() == "KL(p || uniform) (nats), $p \\propto \\sigma$\n0 = flat; higher = more degenerate"
 
 
 def test_metrics_key_plans_exactly_the_named_metrics(default_config):

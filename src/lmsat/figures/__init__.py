@@ -1,7 +1,8 @@
 """The paper's figures, drawn from the tidy tables: one module per paper section, one style.
 
 - `style`: the Agg backend, save_figure, panel grids and labels, colours, and the one order
-  of models (by size: the tables' order, `in_table_order`); `ticks`: log-axis ticks.
+  of models (by size: the tables' order, `in_table_order`); `ticks`: log-axis ticks;
+  `legibility`: legends and labels off the data and the ticks (save_figure applies it).
 - `registry`: `@figure`, which declares a figure beside its plot function, and `FIGURES`.
 - `saturation`: Fig. 1a (loss curves) and Fig. 1b (scaling law).
 - `degeneration`: Figs. 2-5 (anisotropy, head spectra, singular entropy) and low-rank attention.

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pandas as pd
 
 from lmsat.figures.registry import BOTTLENECK, figure
-from lmsat.figures.style import colours, compact_number, drop_crowded_labels, in_table_order, log_axis, plt, save_figure
+from lmsat.figures.style import colours, compact_number, in_table_order, log_axis, plt, save_figure
 
 PAPER_RISE_WERROR = 0.6  # "performance starts decreasing when the W-error outgrows 0.6" (Fig. 8)
 
@@ -95,8 +95,9 @@ def plot_werror_loss(heads: pd.DataFrame, paths):
     """Fig. 8: final loss of the rank-r heads against the W-error of the model's own head at r.
 
     Each point is labelled with its rank where the label fits (inside the axes, clear of the
-    labels of larger ranks: drop_crowded_labels); where a model's loss starts to rise is a
-    dashed line with its own legend entry, so no label is drawn at the axes' edge.
+    data, the legend and the labels of larger ranks: save_figure's optional labels); where a
+    model's loss starts to rise is a dashed line with its own legend entry, so no label is drawn
+    at the axes' edge.
     """
     colors = colours(in_table_order(heads))
     fig, ax = plt.subplots(figsize=(5.5, 3.8))
@@ -126,8 +127,7 @@ def plot_werror_loss(heads: pd.DataFrame, paths):
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    drop_crowded_labels(fig, labels, ax)
-    return save_figure(fig, paths)
+    return save_figure(fig, paths, optional=labels)
 
 
 @figure("ground_truth_bottleneck", tables=("ngram_ground_truth",), optional=("bottleneck_heads",),

@@ -22,6 +22,7 @@ from lmsat.figures.style import (
     in_table_order,
     label_grid,
     log_axis,
+    named_steps_room,
     note,
     panel_grid,
     plt,
@@ -96,7 +97,8 @@ def plot_anisotropy_training(training: pd.DataFrame, paths):
         cites=("identical_weights",))
 def plot_head_spectra(spectra: pd.DataFrame, paths):
     """Fig. 4: LM-head singular values / the largest, one curve per checkpoint (colour = step:
-    each step present its own colour, evenly by rank, `step_colours`).
+    each step its own colour, `step_colours`; the colour bar names every step, or for more steps
+    than it can name is a ruler of steps with a tick at each).
 
     A panel per model with checkpoints along training; models released without intermediate
     checkpoints (one revision at step 0, e.g. GPT-2 at `main`) are left out, unless no model
@@ -105,8 +107,9 @@ def plot_head_spectra(spectra: pd.DataFrame, paths):
     along = spectra.groupby("model", sort=False)["step"].transform("max") > 0
     spectra = spectra[along] if along.any() else spectra
     models = in_table_order(spectra)
-    colour, mappable, steps = step_colours(spectra["step"])
     fig, axes = panel_grid(len(models), 3.4, 2.8, ncols=4, pad=0.4, sharex=False, sharey=True)
+    room = named_steps_room(fig)
+    colour, mappable, steps = step_colours(spectra["step"], room)
     for ax, model in zip(axes, models):
         rows = spectra[spectra["model"] == model]
         for (_, step, flagged), curve in rows.groupby(["revision", "step", "identical_weights"], sort=False):
@@ -119,7 +122,7 @@ def plot_head_spectra(spectra: pd.DataFrame, paths):
         ax.set_ylim(0, 1.03)
         ax.grid(alpha=0.3)
     axes[0].set_ylabel(r"$\sigma_i / \sigma_1$")
-    step_colorbar(fig, mappable, steps, list(axes), label="training step", shrink=0.9)
+    step_colorbar(fig, mappable, steps, room, list(axes), label="training step", shrink=0.9)
     if spectra["identical_weights"].any():
         note(fig, IDENTICAL_NOTE)
     return save_figure(fig, paths)
@@ -148,12 +151,19 @@ def plot_singular_entropy(entropy: pd.DataFrame, paths, power: int = 1):
         ax.scatter(flagged["tokens"], flagged[column], s=16, facecolors="none", edgecolors=colour, zorder=3)
     log_axis(ax, "x")
     ax.set_xlabel("training tokens")
-    ax.set_ylabel("singular entropy (nats)" + (r", $p \propto \sigma$" if power == 1 else r", $p \propto \sigma^2$"))
+    ax.set_ylabel(singular_entropy_label(power))
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="best")
     if rows_all["identical_weights"].any():
         note(fig, IDENTICAL_NOTE)
     return save_figure(fig, paths)
+
+
+def singular_entropy_label(power: int) -> str:
+    """Fig. 5's y label: what the "singular entropy" is, a KL divergence to the uniform
+    distribution, and its direction (an entropy reads the other way round: higher, flatter)."""
+    p = r"$p \propto \sigma$" if power == 1 else r"$p \propto \sigma^2$"
+    return f"KL(p || uniform) (nats), {p}\n0 = flat; higher = more degenerate"
 
 
 def attention_medians(attention: pd.DataFrame) -> pd.DataFrame:
@@ -221,7 +231,7 @@ def plot_effective_rank(table: pd.DataFrame, paths):
         axes[0].plot(rows["tokens"], rows["effective_rank"], color=colour[model], marker="o", ms=3, label=model)
         axes[0].plot(rows["tokens"], rows["effective_rank_centered"], color=colour[model], ls="--", lw=1)
         axes[1].plot(rows["tokens"], rows["singular_entropy"], color=colour[model], marker="o", ms=3, label=model)
-    for ax, ylabel in zip(axes, ("effective rank", "singular entropy (nats)")):
+    for ax, ylabel in zip(axes, ("effective rank", singular_entropy_label(1))):  # Fig. 5's KL, of the representations
         log_axis(ax, "x")
         ax.set_xlabel("training tokens")
         ax.set_ylabel(ylabel)

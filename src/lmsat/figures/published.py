@@ -17,6 +17,7 @@ from lmsat.figures.style import colours, in_table_order, log_axis, plt, save_fig
 # Short: the report's menu is as wide as its longest category. Every caption of the section
 # says that these are EleutherAI's measurements, not the run's.
 PUBLISHED = "Published record (EleutherAI)"
+ZOOM_DECADES = 1  # the published Fig. 1a's right panel: the last decade of tokens
 SOURCE_NOTE = "EleutherAI's published lm-eval (< 0.4) results, zero-shot: LAMBADA last-word perplexity, not the Pile loss"
 
 
@@ -27,31 +28,48 @@ def sizes_in_order(table: pd.DataFrame) -> list[str]:
 @figure("published_fig1a", tables=("published_loss",), target="published_fig1a", category=PUBLISHED,
         title="Fig. 1a counterpart: published LAMBADA perplexity along training", cites=("published_verdicts",))
 def plot_published_curves(table: pd.DataFrame, paths):
-    """LAMBADA perplexity against training tokens (both log), one colour per size, the deduped
-    twin dashed, each model's best (lowest-perplexity) checkpoint a star; step 0 (0 tokens)
-    has no place on the log axis and is left out."""
+    """LAMBADA perplexity against training tokens, one colour per size, the deduped twin dashed,
+    each model's best (lowest-perplexity) checkpoint a star. Left: every checkpoint, both axes
+    log (step 0, 0 tokens, has no place on them and is left out). Right: the last decade of
+    tokens (ZOOM_DECADES), where saturation shows, on a linear perplexity axis (a log one and the
+    early 1e9 spike squeeze it into the corner of the left panel)."""
     along = table[table["tokens"] > 0]
     if along.empty:
         raise ValueError("published_loss: no checkpoint past step 0 to draw")
     sizes = sizes_in_order(along)
     palette = colours(sizes)
-    fig, ax = plt.subplots(figsize=(7, 4.6))
+    fig, (ax, zoom) = plt.subplots(1, 2, figsize=(11, 4.4), layout="constrained", width_ratios=(1.1, 1))
+    last = along["tokens"].max()
+    window = (last / 10**ZOOM_DECADES, last * 1.04)
     for model in in_table_order(along):
         rows = along[along["model"] == model].sort_values("step")
         deduped = model.endswith("-deduped")
         colour = palette[model.removesuffix("-deduped")]
-        ax.plot(rows["tokens"], rows["perplexity"], color=colour, lw=1.2, ls="--" if deduped else "-",
-                label=model.removeprefix("pythia-"))
         best = rows[rows["is_best"].astype(bool)]
-        ax.scatter(best["tokens"], best["perplexity"], marker="*", s=90, color=colour, edgecolors="black",
-                   linewidths=0.5, zorder=3)
+        for panel in (ax, zoom):
+            panel.plot(rows["tokens"], rows["perplexity"], color=colour, lw=1.2, ls="--" if deduped else "-",
+                       label=model.removeprefix("pythia-") if panel is ax else None)
+            panel.scatter(best["tokens"], best["perplexity"], marker="*", s=90, color=colour, edgecolors="black",
+                          linewidths=0.5, zorder=3)
     ax.scatter([], [], marker="*", s=90, color="white", edgecolors="black", label="best checkpoint")
+    ax.axvspan(*window, color="0.92", zorder=0, label="right: the last decade, zoomed")
     log_axis(ax, "x")
     ax.set_yscale("log")
-    ax.set_xlabel("training tokens")
     ax.set_ylabel("LAMBADA perplexity (published)")
-    ax.set_title(SOURCE_NOTE, fontsize=7)
-    ax.legend(fontsize=6, ncol=3, loc="upper right", title="solid: Pile, dashed: deduped", title_fontsize=6)
+    ax.set_title("every checkpoint (log-log)", fontsize=8, loc="left")
+    in_window = along[(along["tokens"] >= window[0]) & (along["tokens"] <= window[1])]["perplexity"]
+    span = in_window.max() - in_window.min()
+    zoom.set_xlim(*window)
+    log_axis(zoom, "x")
+    zoom.set_ylim(max(in_window.min() - 0.05 * span, 0), in_window.max() + 0.05 * span)
+    zoom.set_ylabel("LAMBADA perplexity (linear)")
+    zoom.set_title("the last decade of tokens, linear perplexity", fontsize=8, loc="left")
+    zoom.grid(alpha=0.3)
+    for panel in (ax, zoom):
+        panel.set_xlabel("training tokens")
+    fig.suptitle(SOURCE_NOTE, fontsize=7)
+    fig.legend(*ax.get_legend_handles_labels(), loc="outside right upper", fontsize=6,
+               title="solid: Pile, dashed: deduped", title_fontsize=6, frameon=False)
     return save_figure(fig, paths)
 
 

@@ -15,7 +15,16 @@ import numpy as np
 import pandas as pd
 
 from lmsat.figures.registry import SATURATION, figure
-from lmsat.figures.style import in_table_order, label_grid, log_axis, panel_grid, plt, save_figure
+from lmsat.figures.style import (
+    compact_number,
+    in_table_order,
+    label_grid,
+    log_axis,
+    panel_grid,
+    plt,
+    save_figure,
+    shared_legend,
+)
 
 LOSS_CAP_PERCENTILE = 90  # Fig. 1a's y axis ends just above this percentile of a model's losses ...
 LOSS_CAP_SHARE = 1 / 3  # ... when the first checkpoints above it would otherwise take more than this share of it
@@ -37,9 +46,10 @@ def plot_loss_curves(table: pd.DataFrame, paths, entropy_rate: float | None = No
     models released without intermediate checkpoints (GPT-2, OPT, ... at `main`, step 0). The y axis ends
     just above the LOSS_CAP_PERCENTILE-th percentile of the model's losses, so that the early
     steep descent does not flatten the late rise; points above it are drawn as triangles on
-    the top edge and the panel says how many there are and how high they go. The cap applies
-    only when that is so (loss_axis_top): on a short run whose first checkpoint is not far
-    above the rest, every point is drawn.
+    the top edge and the panel's right title says how many there are and how high they go. The
+    cap applies only when that is so (loss_axis_top): on a short run whose first checkpoint is
+    not far above the rest, every point is drawn. One legend for every panel, above them, so
+    none covers a panel's data (its best star, say).
     """
     along = table[table["tokens"] > 0]
     models = in_table_order(along)
@@ -62,8 +72,7 @@ def plot_loss_curves(table: pd.DataFrame, paths, entropy_rate: float | None = No
         if above.any():
             ax.scatter(rows["tokens"][above], np.full(above.sum(), top), marker="^", s=22, color="0.55", zorder=2,
                        clip_on=False, label="off the axis")
-            ax.text(0.98, 0.96, f"{above.sum()} above the axis (up to {loss.max():.2f})", transform=ax.transAxes,
-                    ha="right", va="top", fontsize=7, color="0.35")
+            ax.set_title(f"{above.sum()} above (up to {loss.max():.2f})", loc="right", fontsize=7, color="0.35")
         best = rows[rows["is_best"]]
         ax.scatter(best["tokens"], best["loss"], marker="*", s=140, color="crimson", zorder=3, label="best")
         if entropy_rate is not None:
@@ -72,7 +81,7 @@ def plot_loss_curves(table: pd.DataFrame, paths, entropy_rate: float | None = No
         ax.set_title(model, fontsize=9, loc="left")
         ax.set_ylim(bottom, top)
     label_grid(axes, "training tokens", "loss (nats)")
-    axes[0].legend(fontsize=7, loc="lower left")
+    shared_legend(fig, axes)
     return save_figure(fig, paths)
 
 
@@ -126,6 +135,19 @@ def shortfall_labels(points: pd.DataFrame, min_params: float) -> list[dict]:
     return labels
 
 
+FITTED_CONSTANTS = 2  # A and alpha: a law through this many sizes passes through each
+
+
+def exact_fit_note(points: pd.DataFrame, fit) -> str:
+    """A second title line when the fit is exactly determined: fitted (not fixed) on no more
+    distinct sizes than it has constants, the law passes through every fitted size, so there is
+    no residual to judge it by and no interval (A_se, alpha_se are NaN); otherwise ''."""
+    sizes = points.loc[points["fitted"].astype(bool), "n_params"].nunique()
+    if fit["source"] != "fit" or sizes > FITTED_CONSTANTS:
+        return ""
+    return f"\nA, alpha fitted on {sizes} sizes only: the law passes through them exactly (no residual, no interval)"
+
+
 def plot_scaling_fit(points: pd.DataFrame, fit, paths):
     """Fig. 1b: loss vs parameters N (log), measured best/final points and the law's curves.
 
@@ -133,12 +155,13 @@ def plot_scaling_fit(points: pd.DataFrame, fit, paths):
     shortfall_pct, fitted); fit: the scaling_fit.csv row (A, alpha, B, beta, E, min_params,
     params, source). Fitted points are drawn with a black edge; each point below the fit
     threshold is labelled with its shortfall in % (shortfall_labels), each final point with its
-    model's name.
+    model's name. A fit on no more sizes than it has constants says so in its title
+    (exact_fit_note).
     """
     constants = {key: float(fit[key]) for key in ("A", "alpha", "B", "beta", "E")}
     n_min, n_max = points["n_params"].min(), points["n_params"].max()
     n_grid = np.geomspace(n_min / 1.5, n_max * 1.5, 200)
-    fig, ax = plt.subplots(figsize=(6, 4.2))
+    fig, ax = plt.subplots(figsize=(6, 4.2), layout="constrained")
     for kind in [k for k in STYLES if k in set(points["kind"])]:
         colour, marker = STYLES[kind]
         rows = points[points["kind"] == kind].sort_values("n_params")
@@ -157,11 +180,10 @@ def plot_scaling_fit(points: pd.DataFrame, fit, paths):
         colour = STYLES[label["kind"]][0] if label["kind"] in STYLES else "0.2"
         ax.annotate(label["text"], (label["n_params"], label["measured"]), textcoords="offset points",
                     xytext=(label["dx"], 0), ha=label["ha"], va="center", fontsize=7, color=colour, bbox=LABEL_BOX)
-    ax.axvline(fit["min_params"], color="0.6", ls=":", lw=1)
-    ax.text(fit["min_params"], ax.get_ylim()[0], " fit threshold", va="bottom", fontsize=7, color="0.4")
+    ax.axvline(fit["min_params"], color="0.6", ls=":", lw=1, label=f"fit threshold N >= {compact_number(fit['min_params'])}")
     how = "fitted" if fit["source"] == "fit" else "fixed"
     ax.set_title(f"L = {constants['A']:.4g}/N^{constants['alpha']:.3f} + {constants['B']:.4g}/T^{constants['beta']:.3g}"
-                 f" + {constants['E']:.4g}  (A, alpha {how})", fontsize=8)
+                 f" + {constants['E']:.4g}  (A, alpha {how})" + exact_fit_note(points, fit), fontsize=8)
     log_axis(ax, "x")
     ax.set_xlabel(f"parameters N ({str(fit['params']).replace('_', '-')})")
     ax.set_ylabel("loss (nats/token)")

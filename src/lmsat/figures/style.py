@@ -61,9 +61,14 @@ def colours(names, cmap: str = "viridis") -> dict:
     return {name: scale(0.85 * i / max(len(names) - 1, 1)) for i, name in enumerate(names)}
 
 
-def save_figure(fig, paths):
-    """Save `fig` to each path (format from the suffix), atomically, then close it; returns the
+def save_figure(fig, paths, optional=()):
+    """Keep every legend and label off the data and the ticks (legibility.keep_clear: each one
+    that covers something moves to a free place; a text of `optional` with none is removed),
+    then save `fig` to each path (format from the suffix), atomically, and close it; returns the
     figure (closed, its artists still inspectable)."""
+    from lmsat.figures.legibility import keep_clear
+
+    keep_clear(fig, optional=optional)
     for path in paths:
         with atomic_path(path) as tmp:
             fig.savefig(tmp, format=Path(path).suffix[1:], dpi=150, bbox_inches="tight")
@@ -101,6 +106,20 @@ def label_grid(axes, xlabel: str, ylabel: str) -> None:
             ax.xaxis.set_tick_params(labelbottom=True)
 
 
+def shared_legend(fig, axes, **kwargs):
+    """One legend of every labelled artist of `axes` (each label once, first seen first), above
+    the panels, outside them (constrained layout makes room): a panel's legend would cover
+    that panel's data."""
+    entries = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            entries.setdefault(label, handle)
+    if entries:
+        return fig.legend(entries.values(), entries.keys(), loc="outside upper center", ncol=len(entries),
+                          fontsize=7, frameon=False, **kwargs)
+    return None
+
+
 def note(fig, text: str) -> None:
     """A grey footnote under the figure."""
     fig.text(0.01, -0.01, text, fontsize=7, color="0.35", ha="left", va="top")
@@ -120,52 +139,72 @@ def log_axis(ax, which: str = "x") -> None:
     axis.set_minor_formatter(NullFormatter())
 
 
-def step_colours(steps, cmap: str = "viridis"):
-    """Each distinct step its own colour, evenly along `cmap` (0 to 0.85) by rank, so 8 steps
-    from 50 to 400 are as far apart as 8 from 0 to 143,000. Returns (step -> colour, a
-    colour-bar mappable whose ticks are the steps)."""
-    from matplotlib.colors import BoundaryNorm, ListedColormap
+STEP_LABEL_PT = 7  # font size of a colour bar's step labels
+STEP_LABEL_PITCH = 1.35  # a label's height, in font sizes, with the gap to the next
+
+
+def named_steps_room(fig, share: float = 0.9, margin_pt: float = 60) -> int:
+    """How many step labels a colour bar spanning `share` of `fig`'s height (less `margin_pt`
+    for the titles and the x labels) names without overlap."""
+    length_pt = share * (fig.get_figheight() * 72 - margin_pt)
+    return max(int(length_pt // (STEP_LABEL_PT * STEP_LABEL_PITCH)), 2)
+
+
+def step_colours(steps, room: int, cmap: str = "viridis"):
+    """Each distinct step its own colour, and a colour bar from which each is read.
+
+    Up to `room` steps (named_steps_room: as many as the bar can name): evenly along `cmap`
+    (0 to 0.85) by rank, one band per step, every band named, so 8 steps from 50 to 400 are as
+    far apart as 8 from 0 to 143,000. More (Pythia's 154): the colour is the step itself on a
+    log(1 + step) scale, and the bar is a ruler of steps with a tick at every step drawn.
+    Returns (step -> colour, a colour-bar mappable, the steps in order); step_colorbar draws
+    the bar.
+    """
+    from matplotlib.colors import BoundaryNorm, FuncNorm, LinearSegmentedColormap, ListedColormap
 
     steps = sorted(set(int(step) for step in steps))
     scale = plt.get_cmap(cmap)
-    colour = {step: scale(0.85 * i / max(len(steps) - 1, 1)) for i, step in enumerate(steps)}
-    norm = BoundaryNorm(np.arange(len(steps) + 1) - 0.5, len(steps))
-    mappable = plt.cm.ScalarMappable(norm=norm, cmap=ListedColormap([colour[step] for step in steps]))
-    return colour, mappable, steps
+    if len(steps) <= room:
+        colour = {step: scale(0.85 * i / max(len(steps) - 1, 1)) for i, step in enumerate(steps)}
+        norm = BoundaryNorm(np.arange(len(steps) + 1) - 0.5, len(steps))
+        mappable = plt.cm.ScalarMappable(norm=norm, cmap=ListedColormap([colour[step] for step in steps]))
+        return colour, mappable, steps
+    norm = FuncNorm((np.log1p, np.expm1), vmin=steps[0], vmax=steps[-1])
+    # fine enough that Pythia's last steps (142,000 and 143,000: 0.06% of the scale apart) differ
+    anchors = scale(np.arange(int(0.85 * scale.N) + 1))  # the map's own colours up to 0.85, each once
+    ruler = LinearSegmentedColormap.from_list("step ruler", anchors, N=4096)
+    colour = {step: ruler(float(norm(step))) for step in steps}
+    return colour, plt.cm.ScalarMappable(norm=norm, cmap=ruler), steps
 
 
-def step_colorbar(fig, mappable, steps, axes, max_labels: int = 8, **kwargs):
-    """A colour bar of step_colours: one band per step, at most `max_labels` of them labelled
-    (the first, the last, and evenly between)."""
-    from matplotlib.ticker import NullLocator
+def step_colorbar(fig, mappable, steps, room: int, axes, **kwargs):
+    """The colour bar of step_colours(steps, room): every band named, or (more steps than
+    `room`) a log(1 + step) ruler labelled at round steps no closer than 1/room of its length,
+    whose minor ticks mark every step drawn."""
+    from matplotlib.ticker import FixedLocator, NullFormatter, NullLocator
+
+    from lmsat.figures.ticks import CompactFormatter, CompactLogLocator
 
     bar = fig.colorbar(mappable, ax=axes, **kwargs)
-    shown = sorted(set(np.linspace(0, len(steps) - 1, min(len(steps), max_labels)).round().astype(int)))
-    bar.set_ticks(shown)
-    bar.set_ticklabels([f"{steps[i]:,}" for i in shown])
-    bar.ax.yaxis.set_minor_locator(NullLocator())
+    bar.ax.tick_params(labelsize=STEP_LABEL_PT)
+    if len(steps) <= room:
+        bar.set_ticks(range(len(steps)))
+        bar.set_ticklabels([f"{step:,}" for step in steps])
+        bar.ax.yaxis.set_minor_locator(NullLocator())
+        return bar
+    round_steps = [0] * (steps[0] == 0) + list(CompactLogLocator().tick_values(max(steps[0], 1), steps[-1]))
+    spaced = []
+    for step in round_steps:  # first come, first kept: 0, then 10, 100, ... (1 is too near 0)
+        if not spaced or mappable.norm(step) - mappable.norm(spaced[-1]) >= 1 / room:
+            spaced.append(step)
+    bar.set_ticks(spaced)
+    bar.ax.yaxis.set_major_formatter(CompactFormatter())
+    bar.ax.yaxis.set_minor_locator(FixedLocator(steps))
+    bar.ax.yaxis.set_minor_formatter(NullFormatter())
+    bar.ax.tick_params(which="minor", length=2.5, width=0.4)
     return bar
 
 
 def overlaps(a, b) -> bool:
     """Whether two display-space bounding boxes overlap (touching edges do not)."""
     return a.x0 < b.x1 and b.x0 < a.x1 and a.y0 < b.y1 and b.y0 < a.y1
-
-
-def drop_crowded_labels(fig, texts, inside) -> list:
-    """Remove every text of `texts` (in priority order) that overlaps one kept before it or
-    leaves the axes `inside`; returns those kept. For point labels of a short run (r=2, r=4
-    drawn on top of each other)."""
-    renderer = fig.canvas.get_renderer()
-    frame = inside.get_window_extent(renderer)
-    kept, boxes = [], []
-    for text in texts:
-        box = text.get_window_extent(renderer)
-        if box.x0 < frame.x0 or box.x1 > frame.x1 or box.y0 < frame.y0 or box.y1 > frame.y1 or any(
-            overlaps(box, other) for other in boxes
-        ):
-            text.remove()
-            continue
-        kept.append(text)
-        boxes.append(box)
-    return kept
