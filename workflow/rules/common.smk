@@ -324,7 +324,7 @@ def model_at(model, revision):
     revisions to a suite (or subsampling it otherwise) must not rerun the jobs of the
     revisions it already had."""
     entry = MODELS[model]
-    return asdict(replace(entry, revisions=(revision,), steps=(entry.step(revision),)))
+    return asdict(entry.at(revision))
 
 
 def get_model_params(wildcards):
