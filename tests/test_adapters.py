@@ -26,6 +26,8 @@ from transformers import (
     OPTForCausalLM,
     Qwen2Config,
     Qwen2ForCausalLM,
+    SmolLM3Config,
+    SmolLM3ForCausalLM,
 )
 
 from lmsat.adapters import (
@@ -87,6 +89,9 @@ def build(family: str, tied: bool = False) -> torch.nn.Module:
         model = OlmoForCausalLM(OlmoConfig(**LLAMA_STYLE, num_key_value_heads=4))
     elif family == "olmo2":  # QK-norm over the full q / k projections
         model = Olmo2ForCausalLM(Olmo2Config(**LLAMA_STYLE, num_key_value_heads=4))
+    elif family == "smollm3":  # Llama's blocks, grouped-query, some layers without RoPE (every 4th in SmolLM3-3B)
+        model = SmolLM3ForCausalLM(SmolLM3Config(**LLAMA_STYLE, num_key_value_heads=2, tie_word_embeddings=tied,
+                                                 no_rope_layer_interval=2))
     elif family == "opt_project_out":  # OPT-350m: head and embedding PROJ wide, post-norm blocks
         config = OPTConfig(
             **COMMON, hidden_size=D, num_hidden_layers=N_LAYERS, num_attention_heads=N_HEADS,
@@ -154,7 +159,8 @@ def _recompute_attention(model, attn, captured, layer):
         q, k = merged_norm(attn.q_norm, q), merged_norm(attn.k_norm, k)
     v = project(heads.v, heads.v_bias)
     position_embeddings = captured["kwargs"].get("position_embeddings")
-    if position_embeddings is not None:  # rotary: use the model's own rotation on our q, k
+    # rotary: use the model's own rotation on our q, k (not on SmolLM3's NoPE layers, use_rope 0)
+    if position_embeddings is not None and getattr(attn, "use_rope", True):
         cos, sin = position_embeddings
         q, k = sys.modules[type(attn).__module__].apply_rotary_pos_emb(q, k, cos, sin)
     scores = q @ k.transpose(-1, -2) * attn.scaling  # (B, H, T, T)
@@ -167,10 +173,10 @@ def _recompute_attention(model, attn, captured, layer):
     return heads, probs, out
 
 
-FAMILIES = ["gpt_neox", "gpt2", "opt", "llama", "gemma", "mistral", "qwen2", "olmo", "olmo2"]
+FAMILIES = ["gpt_neox", "gpt2", "opt", "llama", "gemma", "mistral", "qwen2", "olmo", "olmo2", "smollm3"]
 # Every family, plus the variants the paper's models need: OPT-350m's project_out, tied heads.
 VARIANTS = [(f, False) for f in FAMILIES] + [
-    ("opt_project_out", True), ("gpt_neox", True), ("opt", True), ("llama", True),
+    ("opt_project_out", True), ("gpt_neox", True), ("opt", True), ("llama", True), ("smollm3", True),
 ]
 
 

@@ -71,6 +71,7 @@ LAYERS = {
     "lmsat.rundir": DATA,
     "lmsat.adapters": DATA,
     "lmsat.published": DATA,
+    "lmsat.pins": DATA,
     # 2 compute: the analyses' maths
     "lmsat.anisotropy": COMPUTE,
     "lmsat.spectra": COMPUTE,
@@ -103,6 +104,7 @@ LAYERS = {
     "lmsat.commands.init": ORCHESTRATION,
     "lmsat.commands.plan": ORCHESTRATION,
     "lmsat.commands.analyse": ORCHESTRATION,
+    "lmsat.commands.pin": ORCHESTRATION,
     "lmsat.cli": ORCHESTRATION,
     "lmsat.__main__": ORCHESTRATION,
     "lmsat": ORCHESTRATION,

@@ -181,6 +181,55 @@ def test_post_paper_revision_names_and_steps():
     assert plan("pythia-deduped").models["pythia-1b-deduped"].id == "EleutherAI/pythia-1b-deduped"
 
 
+# ------------------------------------------------------------------ suites released since the paper
+
+
+def dry_run_elsewhere(configfile: str, directory, pins: bool = True):
+    """`snakemake -n` of `configfile` with a scratch working directory (nothing of the
+    checkout's results/ or .snakemake/ is read); `pins`: config/pins/ copied there, where the
+    pinned suites' relative `pins` paths point."""
+    import shutil
+
+    if pins:
+        shutil.copytree(ROOT / "config" / "pins", directory / "config" / "pins")
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    result = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-n", "--snakefile", str(ROOT / "workflow" / "Snakefile"),
+         "--directory", str(directory), "--configfile", str(ROOT / "config" / configfile)],
+        cwd=directory, capture_output=True, text=True, timeout=900, env=env,
+    )
+    output = result.stdout + result.stderr
+    jobs = defaultdict(list)
+    rule = None
+    for line in output.splitlines():
+        if match := re.match(r"^(?:local)?(?:rule|checkpoint) (\w+):$", line.strip()):
+            rule = match.group(1)
+            jobs[rule].append({})
+        elif rule and (match := re.match(r"^wildcards: (.*)$", line.strip())):
+            jobs[rule][-1] = dict(part.split("=", 1) for part in match.group(1).split(", "))
+    return result.returncode, jobs, output
+
+
+@pytest.mark.parametrize("name", ["olmo1", "datadecide", "amber", "tinyllama", "pico", "smollm3", "cross-suite"])
+def test_suites_since_the_paper_plan_offline_in_a_scratch_directory(name, tmp_path):
+    code, jobs, output = dry_run_elsewhere(f"{name}.yaml", tmp_path)
+    assert code == 0, output[-3000:]
+    expected = plan(name).models
+    planned = checkpoints(jobs)
+    assert sorted(planned) == sorted(expected)
+    for model, entry in expected.items():
+        assert planned[model] == set(entry.revisions), model
+    assert checkpoints(jobs, "fetch_checkpoint") == planned
+    assert {w["tokenizer"] for w in jobs["sample_eval_tokens"]} == {m.tokenizer for m in expected.values()}
+
+
+def test_a_pinned_suite_without_its_pins_files_is_refused_at_planning(tmp_path):
+    code, jobs, output = dry_run_elsewhere("pico.yaml", tmp_path, pins=False)
+    assert code != 0 and not jobs["analyse_checkpoint"]
+    assert "config key 'suites.pico.revisions.pins': pins file config/pins/pico-decoder-tiny.csv does not exist" in output
+    assert "python -m lmsat pin-revisions --configfile" in output
+
+
 # ------------------------------------------------------------------ gated repositories
 
 

@@ -25,7 +25,7 @@ down (or within its layer, without a cycle), and no private name crosses a modul
   the lm-eval task templates (tasks);
 - data access: hub, checkpoints, models (loading and its checks), fetch (downloads), corpus
   (with the staged corpus reader), cache (the representation cache), rundir, adapters,
-  published;
+  published, pins (checkpoints that are commits);
 - compute: anisotropy, spectra, attention, degeneration, heads, headcache, ngrams, werror,
   ngram_werror, scaling, evaluation, bottleneck (the rank sweep and the head cache's
   windows), synthetic, toy;

@@ -213,6 +213,7 @@ ADAPTERS: dict[str, FamilyAdapter] = {
     "qwen2": _LLAMA_STYLE,
     "olmo": _LLAMA_STYLE,
     "olmo2": _OLMO2,
+    "smollm3": _LLAMA_STYLE,  # SmolLM3: Llama's modules; its NoPE layers change the scores, not the weights' places
 }
 SUPPORTED_FAMILIES = tuple(sorted(ADAPTERS))
 

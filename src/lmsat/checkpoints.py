@@ -43,6 +43,7 @@ def checkpoint_dir(model: ModelEntry, revision: str, cache_dir: str | None = Non
     if model.source == "local":
         return Path(model.id) / revision
     cache_dir = cache_dir or model.cache_dir(revision)
+    revision = model.hub_revision(revision)  # a pinned revision is its commit there (lmsat.pins)
     try:
         return hub.snapshot_path(cache_dir, model.id, revision)
     except hub.RevisionNotFoundError:

@@ -3,6 +3,7 @@
     python -m lmsat init CHECKPOINTS ...   # a config for your own training run
     python -m lmsat analyse CHECKPOINT ... # one checkpoint's metrics, as the pipeline computes them
     python -m lmsat plan ...               # the plan's jobs, downloads, disk and compute
+    python -m lmsat pin-revisions ...      # pin checkpoints that are commits (Pico), where the hub is reachable
 
 Each command is a module of `lmsat.commands` with `add_arguments(parser)` and `run(args) -> int`;
 it is imported only when named, so `lmsat plan` never loads torch.
@@ -19,6 +20,7 @@ COMMANDS = {
     "init": ("init", "write a config for a folder of training checkpoints"),
     "analyse": ("analyse", "one checkpoint's loss, anisotropy, spectra and attention"),
     "plan": ("plan", "jobs, downloads, disk and GPU-hours of a config's plan"),
+    "pin-revisions": ("pin", "write the pins files (step -> commit) of checkpoints that are commits, not branches"),
 }
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import jsonschema
 import yaml
 
-from lmsat import rundir, schedules
+from lmsat import pins, rundir, schedules
 from lmsat.errors import ConfigError
 from lmsat.models import check_context
 from lmsat.models import context_length as context_length  # lmsat init reads a checkpoint's context
@@ -314,7 +314,16 @@ def _check_revision_spec(spec: dict, key: str) -> None:
             f"{key}.subsample", "1 cannot be honoured: the first and last revisions are always kept",
             "use 0 (all revisions) or at least 2",
         )
-    if spec["schedule"] != "list":
+    if spec["pins"] and (spec["schedule"] != "list" or spec["discover"]):
+        raise ConfigError(f"{key}.pins", f"set together with {'discover' if spec['discover'] else 'a schedule'}: "
+                          "a pins file lists the revisions itself", "keep one of them")
+    if spec["pins"] and spec["steps"]:
+        raise ConfigError(f"{key}.steps", "set together with `pins`, whose rows give each revision's step",
+                          "remove steps (a `list` beside pins keeps the pinned revisions it names)")
+    if spec["branch"] and not spec["pins"]:
+        raise ConfigError(f"{key}.branch", "names the branch whose commits are pinned, but no `pins` file is set",
+                          "set pins: (e.g. config/pins/{model}.csv) and write it with python -m lmsat pin-revisions")
+    if spec["schedule"] != "list" or spec["pins"]:
         try:
             schedules.render_revision(spec["template"], 0, 1)
         except (KeyError, IndexError, ValueError, AttributeError) as error:
@@ -348,15 +357,40 @@ def _planned_around(models: dict) -> list[str]:
     return notes
 
 
-def _revisions(spec: dict, suite: dict, config: dict, spec_key: str, missing: dict[str, str] | None = None):
+def _pinned(spec: dict, suite: dict, spec_key: str, pinned: tuple[str, str] | None) -> dict[str, tuple[int, str]]:
+    """revision name -> (step, commit) of a spec's pins file (lmsat.pins) for `pinned`, the
+    (model name, hub id) it is read for; a `list` beside it keeps the revisions it names."""
+    if pinned is None:
+        raise ConfigError(f"{spec_key}.pins", "pins are commits of a hub repository", "use them on hub models only")
+    name, model_id = pinned
+    table = {}
+    for pin in pins.read_pins(pins.pins_path(spec, name), model_id, f"{spec_key}.pins"):
+        revision = schedules.render_revision(spec["template"], pin.step, suite["tokens_per_step"])
+        check_path_name(f"{spec_key}.template", revision, "revision name")
+        table[revision] = (pin.step, pin.commit)
+    if spec["list"]:
+        unpinned = [r for r in spec["list"] if r not in table]
+        if unpinned:
+            raise ConfigError(f"{spec_key}.list", f"revisions {unpinned} of model {name} are not in its pins file "
+                              f"{pins.pins_path(spec, name)}", f"list pinned ones (e.g. {next(iter(table))}) or pin them anew")
+        table = {r: table[r] for r in spec["list"]}
+    return table
+
+
+def _revisions(spec: dict, suite: dict, config: dict, spec_key: str, missing: dict[str, str] | None = None,
+               pinned: tuple[str, str] | None = None):
     """(revisions, steps) of a revisions spec, in training order and subsampled. `missing`
     (revision -> the issue reporting it, lmsat.schedules.missing_weights): revisions without
     weights upstream, left out of a generated schedule before subsampling; an explicit list
-    naming one is refused."""
+    naming one is refused. `pinned`: the (model name, hub id) whose pins file a spec with
+    `pins` reads."""
     _check_revision_spec(spec, spec_key)
     missing = missing or {}
     schedule = spec["schedule"]
-    if schedule == "pythia":
+    if spec["pins"]:
+        table = _pinned(spec, suite, spec_key, pinned)
+        names, steps = list(table), [step for step, _ in table.values()]
+    elif schedule == "pythia":
         steps = schedules.pythia_steps()
     elif schedule == "toy":
         steps = schedules.toy_steps(config["toy"]["max_steps"], base=config["toy"]["log_base"])
@@ -456,8 +490,15 @@ def _models(config: dict) -> dict[str, ModelEntry]:
                 spec, spec_key = model["revisions"], f"{key}.revisions"
             else:
                 spec, spec_key = suite["revisions"], f"suites.{suite_name}.revisions"
+            tokens_per_step = model["tokens_per_step"] or suite["tokens_per_step"]
+            own = dict(suite, tokens_per_step=tokens_per_step)  # the suite as this model was trained (its names' T)
             missing = schedules.missing_weights(model_id) if source == "hub" else {}
-            revisions, steps = _revisions(spec, suite, config, spec_key, missing)
+            pinned = (name, model_id) if source == "hub" else None
+            revisions, steps = _revisions(spec, own, config, spec_key, missing, pinned)
+            commits = ()
+            if spec["pins"]:  # checkpoints that are commits on a branch, not branches
+                table = _pinned(spec, own, spec_key, pinned)
+                commits = tuple(table[r][1] for r in revisions)
             if source == "local":
                 for revision in revisions:
                     _check_local_weights(Path(model_id) / revision, model["allow_pickle"], f"{key}.id")
@@ -482,7 +523,7 @@ def _models(config: dict) -> dict[str, ModelEntry]:
                 n_params=model["n_params"],
                 num_layers=model["num_layers"],
                 tokenizer=tokenizer,
-                tokens_per_step=suite["tokens_per_step"],
+                tokens_per_step=tokens_per_step,
                 revisions=revisions,
                 steps=steps,
                 allow_pickle=model["allow_pickle"],
@@ -492,6 +533,7 @@ def _models(config: dict) -> dict[str, ModelEntry]:
                 key=f"suites.{suite_name}.models[name={name}]",
                 gated=suite["gated"],
                 tied_head=model["tied_head"],
+                commits=commits,
             )
     return models
 
@@ -864,10 +906,12 @@ def select(config: dict) -> dict:
             for model in suite["models"]:
                 key = f"suites.{suite_name}.models[name={model['name']}]"
                 spec = model.get("revisions") or suite["revisions"]
-                missing = {}
+                missing, pinned = {}, None
                 if model.get("source", "hub") == "hub":
-                    missing = schedules.missing_weights(model.get("id") or f"{suite.get('hub_org')}/{model['name']}")
-                revisions, steps = _revisions(spec, suite, config, f"{key}.revisions", missing)
+                    model_id = model.get("id") or f"{suite.get('hub_org')}/{model['name']}"
+                    missing, pinned = schedules.missing_weights(model_id), (model["name"], model_id)
+                own = dict(suite, tokens_per_step=model.get("tokens_per_step") or suite["tokens_per_step"])
+                revisions, steps = _revisions(spec, own, config, f"{key}.revisions", missing, pinned)
                 kept = [(r, s) for r, s in zip(revisions, steps) if r in chosen["revisions"]]
                 if not kept:
                     raise ConfigError(
@@ -875,7 +919,8 @@ def select(config: dict) -> dict:
                         f"pick revisions it has (e.g. {revisions[0]}, {revisions[-1]}) or deselect it in select.models",
                     )
                 found.update(r for r, _ in kept)
-                model["revisions"] = dict(spec, schedule="list", list=[r for r, _ in kept], steps=[s for _, s in kept], subsample=0)
+                model["revisions"] = dict(spec, schedule="list", list=[r for r, _ in kept], subsample=0,
+                                          steps=[] if spec["pins"] else [s for _, s in kept])  # pins give the steps
         missing = [r for r in chosen["revisions"] if r not in found]
         if missing:
             raise ConfigError("select.revisions", f"no selected model has revisions {missing}", "check their names")

@@ -116,7 +116,7 @@ def download_mb(model: ModelEntry, revision: str, patterns: list[str]) -> float 
     from huggingface_hub.utils import filter_repo_objects
 
     try:
-        info = HfApi().model_info(model.id, revision=revision, files_metadata=True)
+        info = HfApi().model_info(model.id, revision=model.hub_revision(revision), files_metadata=True)
     except Exception as error:
         log.info("size of %s@%s unknown (%s: %s)", model.id, revision, type(error).__name__, error)
         return None
@@ -175,7 +175,8 @@ def fetch_checkpoint(model: ModelEntry, revision: str, cache_dir, *, policy: Ret
     clock = time.perf_counter()
     try:
         folder = with_backoff(
-            lambda: snapshot_download(model.id, revision=revision, cache_dir=cache_dir, allow_patterns=patterns),
+            lambda: snapshot_download(model.id, revision=model.hub_revision(revision), cache_dir=cache_dir,
+                                      allow_patterns=patterns),
             policy, what=what, sleep=sleep,
         )
     except Exception as error:

@@ -8,7 +8,7 @@ workflow, which passes a ModelEntry to its jobs as a param (as a dict of these f
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 
@@ -36,6 +36,9 @@ class ModelEntry:
     hub_cache: str = ""
     gated: str = ""  # license to accept on the hub before downloading ("" = not gated)
     tied_head: bool | None = None  # head is the input embedding (None = not stated)
+    # The commit holding each revision, for checkpoints that are commits on one branch, not
+    # branches (lmsat.pins; () = each revision is itself the hub's name for it).
+    commits: tuple[str, ...] = ()
 
     @property
     def hub_page(self) -> str:
@@ -47,6 +50,19 @@ class ModelEntry:
         an entry the workflow gave no cache (from_pretrained's default one)."""
         return self.hub_cache.format(revision=revision) if self.hub_cache else None
 
+    def hub_revision(self, revision: str) -> str:
+        """What the hub and its cache call `revision`: its pinned commit, or the name itself."""
+        if not self.commits:
+            return revision
+        self.step(revision)  # a revision not of this model names itself
+        return self.commits[self.revisions.index(revision)]
+
+    def at(self, revision: str) -> "ModelEntry":
+        """This entry narrowed to one revision (a job's param: adding revisions to a suite
+        must not rerun the jobs of those it already had)."""
+        commits = (self.hub_revision(revision),) if self.commits else ()
+        return replace(self, revisions=(revision,), steps=(self.step(revision),), commits=commits)
+
     def pretrained_source(self, revision: str, cache_dir: str | None = None) -> tuple[str, dict]:
         """(target, kwargs) for `from_pretrained(target, **kwargs)` to load `revision` offline:
         jobs never download weights (toy, local and fetched hub checkpoints are on disk).
@@ -54,7 +70,8 @@ class ModelEntry:
         its hub cache (`cache_dir` overrides it, e.g. the copy fetched for a best revision)."""
         if self.source == "local":
             return str(Path(self.id) / revision), dict(local_files_only=True)
-        return self.id, dict(revision=revision, cache_dir=cache_dir or self.cache_dir(revision), local_files_only=True)
+        return self.id, dict(revision=self.hub_revision(revision), cache_dir=cache_dir or self.cache_dir(revision),
+                             local_files_only=True)
 
     def step(self, revision: str) -> int:
         if revision not in self.revisions:

@@ -323,19 +323,29 @@ def get_final_checkpoint_weights(wildcards):
     return weights_of(wildcards.model, MODELS[wildcards.model].final_revision)
 
 
+def entry_param(entry):
+    """A model's entry as a job param (a dict of its fields): `commits` only where a suite pins
+    them (lmsat.pins), so that the params of every other job are those it had before pins.
+    """
+    fields = asdict(entry)
+    if not fields["commits"]:
+        del fields["commits"]
+    return fields
+
+
 def model_at(model, revision):
     """The entry of `model` as a param of a job that reads only `revision`: adding
     revisions to a suite (or subsampling it otherwise) must not rerun the jobs of the
     revisions it already had."""
     entry = MODELS[model]
-    return asdict(replace(entry, revisions=(revision,), steps=(entry.step(revision),)))
+    return entry_param(entry.at(revision))
 
 
 def get_model_params(wildcards):
     """The model's entry, as a job param: narrowed to the job's revision if it has one."""
     if "revision" in wildcards.keys():
         return model_at(wildcards.model, wildcards.revision)
-    return asdict(MODELS[wildcards.model])
+    return entry_param(MODELS[wildcards.model])
 
 
 def get_final_model_params(wildcards):

@@ -6,4 +6,4 @@
 def get_trained_model_params(wildcards):
     """The toy model's entry as it is trained (PLAN.trained): every revision of its
     schedule, whichever ones a slice selects, so a selection never retrains it."""
-    return asdict(PLAN.trained[wildcards.model])
+    return entry_param(PLAN.trained[wildcards.model])

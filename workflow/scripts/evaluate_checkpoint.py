@@ -54,7 +54,7 @@ def main(snakemake):
     try:
         results = run_lmeval(
             target,
-            params.revision,
+            source.get("revision", params.revision),  # a pinned revision is its commit (lmsat.pins)
             [wildcards.task],
             **params.lmeval,
             device=job_device(snakemake),
