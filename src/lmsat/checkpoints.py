@@ -9,7 +9,7 @@ stderr (its load report) says so. lmsat.models.load_causal_lm calls, in this ord
     with transformers_log_to_job_log(): ...      # the load report into the job's log
     check_load_report(loading_info, model, revision)
     check_stored_dtypes(lm, stored, model, revision)
-    check_values(lm, model, revision)            # NaN/Inf anywhere; all-zero or constant matrices
+    check_weight_values(lm, stored, model, revision)  # NaN/Inf anywhere; all-zero or constant matrices
 
 Each raises a ModelLoadError naming model, revision, the file or tensors, and the fix.
 """
@@ -286,13 +286,28 @@ def weight_files(model: ModelEntry, revision: str, names) -> list[str]:
     return [str(directory / SINGLE) if (directory / SINGLE).is_file() else str(directory)]
 
 
-def check_values(lm, model: ModelEntry, revision: str) -> None:
+def stored_names(loaded: dict[str, tuple[int, ...]], stored: dict | None) -> dict[str, str]:
+    """{loaded tensor name: its name in the weight files}: its own where the files hold it,
+    else the one stored tensor of its shape that no loaded name claims (transformers renames
+    some on load: Pythia's `embed_out.weight` is its `lm_head.weight`), else its own."""
+    if not stored:
+        return {name: name for name in loaded}
+    unclaimed = [(key, tuple(shape)) for key, (_, shape) in stored.items() if key not in loaded]
+    names = {}
+    for name, shape in loaded.items():
+        same = [key for key, stored_shape in unclaimed if stored_shape == shape]
+        names[name] = name if name in stored or len(same) != 1 else same[0]
+    return names
+
+
+def check_weight_values(lm, stored: dict | None, model: ModelEntry, revision: str) -> None:
     """ModelLoadError naming the first tensor of the checkpoint holding NaN/Inf, else the file
     and every matrix (a tensor of 2 or more dimensions: embeddings, projections, the head)
-    that is all zero or constant, as a crash that zero-fills a file leaves it. No architecture
-    lmsat loads starts a matrix constant (GPT-NeoX, Llama, GPT-2, OPT draw them at random),
-    and training does not make one constant; vectors are left alone, since norm weights
-    start at 1 and biases at 0 (a step-0 checkpoint holds them so).
+    that is all zero or constant, as a crash that zero-fills a file leaves it, each by its
+    name in the files (`stored`, from check_weight_files). No architecture lmsat loads starts
+    a matrix constant (GPT-NeoX, Llama, GPT-2, OPT draw them at random), and training does
+    not make one constant; vectors are left alone, since norm weights start at 1 and biases
+    at 0 (a step-0 checkpoint holds them so).
 
     One pass over the weights on their device, one host sync. aminmax, not isfinite(t).all():
     NaN propagates into it and +-Inf lands in it, and it allocates nothing (30x faster on
@@ -322,6 +337,8 @@ def check_values(lm, model: ModelEntry, revision: str) -> None:
     constant = [(name, tuple(tensor.shape), float(low)) for (name, tensor), (low, high) in zip(named, bounds.tolist())
                 if tensor.dim() >= 2 and tensor.numel() > 1 and low == high]
     if constant:
+        in_files = stored_names({name: tuple(tensor.shape) for name, tensor in named}, stored)
+        constant = [(in_files[name], shape, value) for name, shape, value in constant]
         zero = [f"{name} {shape}" for name, shape, value in constant if value == 0]
         other = [f"{name} {shape} (every value {value:g})" for name, shape, value in constant if value != 0]
         found = "; ".join(part for part in (

@@ -68,8 +68,8 @@ def load_causal_lm(model: ModelEntry, revision: str, *, dtype: str = "float32", 
     from lmsat.checkpoints import (
         check_load_report,
         check_stored_dtypes,
-        check_values,
         check_weight_files,
+        check_weight_values,
         transformers_log_to_job_log,
     )
 
@@ -95,7 +95,7 @@ def load_causal_lm(model: ModelEntry, revision: str, *, dtype: str = "float32", 
         ) from error
     check_load_report(loading_info, model, revision)
     check_stored_dtypes(lm, stored, model, revision)
-    check_values(lm, model, revision)
+    check_weight_values(lm, stored, model, revision)
     text_config = lm.config.get_text_config()
     for field, actual, stated in (
         ("hidden_size", text_config.hidden_size, model.hidden_size),
