@@ -264,7 +264,8 @@ def verdict_rows(verdicts: pd.DataFrame) -> pd.DataFrame:
     """The summary's first table, one row per model of results/tables/saturation_verdicts.csv
     (lmsat.verdict): the verdict, the observed rise of the final above the best checkpoint
     (none where the final is the best: no rise is shown as a finding), its simultaneous
-    interval, its standard error, the p-value, the best and the final step."""
+    interval, its standard error, the p-value, the best and the final step, and its notes
+    (an implausible loss, checkpoints no longer on disk: lmsat.tables.verdicts_from_records)."""
     rows = []
     for v in verdicts.to_dict("records"):
         final_is_best = int(v["best_step"]) == int(v["final_step"])
@@ -272,10 +273,12 @@ def verdict_rows(verdicts: pd.DataFrame) -> pd.DataFrame:
         level = f"{100 * (1 - 2 * float(v['alpha'])):.0f}%"
         rise = ("none: the final is the lowest" if final_is_best else _signed(float(v["rise"]))) if measured else "–"
         interval = f"[{_signed(float(v['rise_low']))}, {_signed(float(v['rise_high']))}]" if measured else "–"
+        notes = v.get("notes")
         rows.append({"model": v["model"], "verdict": v["verdict"], "rise (nats)": rise,
                      f"rise interval ({level})": interval, "rise_se": float(v["rise_se"]),
                      "p_value": float(v["p_value"]), "best_step": int(v["best_step"]),
-                     "final_step": int(v["final_step"]), "checkpoints": int(v["checkpoints"])})
+                     "final_step": int(v["final_step"]), "checkpoints": int(v["checkpoints"]),
+                     "notes": notes if isinstance(notes, str) else ""})
     return pd.DataFrame(rows)
 
 
