@@ -29,9 +29,11 @@ pd = lazy_module("pandas")  # imported by the first job that builds a table, not
 log = logging.getLogger(__name__)
 
 LOSS_COLUMNS = ["suite", "model", "revision", "step", "tokens", "loss", "loss_sem", "is_best", "is_final", "implausible_loss"]
-# How far below ln V (a uniform guess over the head's V rows) an earlier checkpoint must have
-# got for a loss back at ln V to be implausible: 1 nat, a perplexity e times below uniform.
-LEARNED_BELOW_UNIFORM = 1.0
+# A loss is implausible for its step when it is back near ln V (a uniform guess over the head's
+# V rows: an untrained or zeroed model's loss) after the run had learned: an earlier checkpoint
+# got LEARNED nats or more below ln V (a perplexity e times below uniform), and this one lost
+# FORGOTTEN of that or more. A fresh initialisation scores ln V within a few hundredths.
+LEARNED, FORGOTTEN = 1.0, 0.9
 
 
 def in_model_order(table: pd.DataFrame, model_order: list[str] | None, then: list[str]) -> pd.DataFrame:
@@ -81,21 +83,21 @@ def uniform_losses(table: pd.DataFrame, vocab_sizes: dict[str, int] | None = Non
 
 
 def implausible_losses(table: pd.DataFrame, vocab_sizes: dict[str, int] | None = None) -> pd.Series:
-    """Per row of a loss table (sorted by model, then step): whether its loss is at or above
-    ln V (uniform_losses; within two of its standard errors) although an earlier checkpoint of
-    its model got at least LEARNED_BELOW_UNIFORM nats below it. A trained model does not
-    forget everything: that is the loss of a zeroed or untrained model (a broken checkpoint)
-    or of a run that diverged. False where V is unknown, and at a model's first checkpoints
-    (step 0 is at ln V by design)."""
+    """Per row of a loss table (sorted by model, then step): whether its loss is back near ln V
+    (uniform_losses) after the run had learned: an earlier checkpoint of its model got
+    LEARNED nats or more below ln V, and this one lost FORGOTTEN (90%) or more of that. A
+    trained model does not forget nearly everything: that is the loss of a zeroed or
+    untrained model (a broken checkpoint) or of a run that diverged. False where V is
+    unknown, and at a model's first checkpoints (step 0 is at ln V by design)."""
     uniform = uniform_losses(table, vocab_sizes)
-    earlier_best = table.groupby("model", sort=False)["loss"].transform(lambda loss: loss.shift().cummin())
-    at_uniform = table["loss"] >= uniform - np.maximum(2 * table["loss_sem"], 1e-3)  # 1e-3: rounding of a constant guess
-    return (at_uniform & (earlier_best <= uniform - LEARNED_BELOW_UNIFORM)).astype(bool)
+    learned = uniform - table.groupby("model", sort=False)["loss"].transform(lambda loss: loss.shift().cummin())
+    return ((learned >= LEARNED) & (table["loss"] >= uniform - (1 - FORGOTTEN) * learned)).astype(bool)
 
 
 def implausible_notes(records: list[dict], vocab_sizes: dict[str, int] | None = None) -> dict[str, list[str]]:
     """model -> a sentence per checkpoint of `records` (loss records) whose loss is
-    implausible for its step (implausible_losses), with its loss, ln V and the earlier best."""
+    implausible for its step (implausible_losses), with its loss, ln V, the earlier best and
+    the share of what was learned that is lost."""
     table = in_model_order(pd.DataFrame.from_records(records), None, ["step"])
     flags, uniform = implausible_losses(table, vocab_sizes), uniform_losses(table, vocab_sizes)
     notes: dict[str, list[str]] = {}
@@ -103,11 +105,13 @@ def implausible_notes(records: list[dict], vocab_sizes: dict[str, int] | None = 
         row = table.iloc[i]
         earlier = table[(table["model"] == row["model"]) & (table["step"] < row["step"])]
         best = earlier.loc[earlier["loss"].idxmin()]
+        lost = (row["loss"] - best["loss"]) / (uniform.iloc[i] - best["loss"])
         notes.setdefault(row["model"], []).append(
-            f"{row['revision']} (step {int(row['step'])}): loss {row['loss']:.3f} is at or above ln V = {uniform.iloc[i]:.3f} "
-            f"(a uniform guess over the head's rows) after {best['revision']} (step {int(best['step'])}) reached "
-            f"{best['loss']:.3f}: a broken checkpoint (zeroed, or untrained weights saved) or a divergence; it is kept "
-            "(implausible_loss in the loss table): check it before reading the verdict")
+            f"{row['revision']} (step {int(row['step'])}): loss {row['loss']:.3f} is back near ln V = {uniform.iloc[i]:.3f} "
+            f"(a uniform guess over the head's rows, an untrained model's loss) after {best['revision']} (step "
+            f"{int(best['step'])}) reached {best['loss']:.3f}: {100 * lost:.0f}% of what the run had learned is lost. "
+            "A broken checkpoint (zeroed, or untrained weights saved) or a divergence; it is kept (implausible_loss in "
+            "the loss table): check it before reading the verdict")
     return notes
 
 
