@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import io
 import json
 import math
 import re
@@ -159,14 +160,17 @@ def source(path: Path | None = None) -> dict:
 
 
 def published_evals(path: Path | None = None, sha256: str | None = CSV_SHA256) -> pd.DataFrame:
-    """The packaged table (COLUMNS), one row per model, shots, step, task and metric, after
-    checking the file whole (read_record); `sha256`: the digest it must have (None: any)."""
+    """The packaged table (COLUMNS), one row per model, shots, step, task and metric, from a
+    file checked whole: the one whose SHA-256 is `sha256` (the shipped file), or one that
+    read_record accepts (`sha256` None: a rebuilt record); else a PublishedRecordError."""
     path = Path(path or packaged_csv())
     text = _text(path)
     _commit(path, text)
-    table = read_record(path, text)
     digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
-    if sha256 is not None and digest != sha256:
+    if sha256 is not None and digest == sha256:  # the shipped file, which read_record accepts (tests/test_published.py)
+        return pd.read_csv(io.StringIO(text), comment="#")  # 10x faster than the check: planning reads it
+    table = read_record(path, text)  # what is wrong, by line and model
+    if sha256 is not None:
         raise PublishedRecordError(
             f"{path}: the published record holds every model, step and cell it promises, but its SHA-256 is "
             f"{digest}, not the {sha256} of the file lmsat ships: it was edited (a value, or a line of its header). Fix: {RESTORE}; "
