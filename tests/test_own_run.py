@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import os
 import re
 import shutil
@@ -50,6 +51,14 @@ def write_text(path: Path, n_lines: int, seed: int) -> Path:
     return path
 
 
+def write_noise(path: Path, n_lines: int, seed: int) -> Path:
+    """n_lines of 4-14 words of WORDS drawn uniformly: no pattern to learn."""
+    rng = np.random.default_rng(seed)
+    lines = [" ".join(WORDS[i] for i in rng.integers(len(WORDS), size=int(rng.integers(4, 15)))) for _ in range(n_lines)]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
 def train_tokenizer(text: Path):
     """A byte-level BPE trained with `tokenizers` on the local text."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -82,9 +91,10 @@ class Windows:
 
 
 def train(out: Path, text: Path, max_steps: int, save_steps: int, resume: bool = False, tokenizer=None,
-          hidden_size: int = 16):
+          hidden_size: int = 16, save_total_limit: int | None = None):
     """Train (or go on training) a tiny GPT-NeoX with the real Trainer, saving checkpoints
-    `checkpoint-{N}` every save_steps steps, the tokenizer in each (processing_class)."""
+    `checkpoint-{N}` every save_steps steps, the tokenizer in each (processing_class);
+    save_total_limit: the Trainer deletes all but that many of the latest checkpoints."""
     import torch
     from transformers import GPTNeoXConfig, GPTNeoXForCausalLM, Trainer, TrainingArguments, default_data_collator
 
@@ -99,7 +109,7 @@ def train(out: Path, text: Path, max_steps: int, save_steps: int, resume: bool =
     args = TrainingArguments(
         output_dir=str(out), max_steps=max_steps, save_steps=save_steps, per_device_train_batch_size=4,
         learning_rate=3e-3, warmup_steps=2, logging_steps=1000, report_to="none", use_cpu=True, seed=0,
-        dataloader_num_workers=0, disable_tqdm=True, save_strategy="steps",
+        dataloader_num_workers=0, disable_tqdm=True, save_strategy="steps", save_total_limit=save_total_limit,
     )
     trainer = Trainer(model=GPTNeoXForCausalLM(config), args=args, train_dataset=Windows(tokenizer, text),
                       processing_class=tokenizer, data_collator=default_data_collator)
@@ -467,3 +477,123 @@ def test_init_bottleneck_plans_and_draws_figs_6_and_8_of_an_own_run(small_run, t
     assert (figures / "fig6_rank_heads.png").is_file() and (figures / "fig8_werror_loss.png").is_file()
     heads = read_table(work / "results" / "out" / "tables" / "bottleneck_heads.csv")
     assert sorted(set(heads["rank"])) == [1, 2, 4, 8, 16]
+
+# ------------------------------------------------------------------ checkpoints that break or leave (issue 46)
+
+
+@pytest.fixture(scope="module")
+def rising_run(tmp_path_factory):
+    """A Trainer run whose eval loss falls, then rises: checkpoint-40 and -80 trained on text
+    with the eval text's pattern, checkpoint-120 after 40 more steps on words without it.
+    -> (folder holding out/, out-tokenizer/, eval.txt, noise.txt; the tokenizer)."""
+    base = tmp_path_factory.mktemp("rising")
+    text = write_text(base / "train.txt", 600, seed=0)
+    write_text(base / "eval.txt", 300, seed=1)
+    noise = write_noise(base / "noise.txt", 600, seed=2)
+    tokenizer = train(base / "out", text, max_steps=80, save_steps=40)
+    train(base / "out", noise, max_steps=120, save_steps=40, resume=True, tokenizer=tokenizer)
+    return base, tokenizer
+
+
+def rising_config(base: Path, workdir: Path) -> Path:
+    """The README's hand-written config of a run folder (discover: checkpoint-*), loss only,
+    on an eval sample of 32 sequences. (lmsat init refuses this folder: its checkpoints'
+    trainer states give 127 and 128 tokens per step, and it ignores --tokens-per-step then.)"""
+    config = local_config(base / "out", base / "eval.txt", base / "out-tokenizer")
+    config.update(run="out", metrics=["loss"])
+    config["sample"]["n_tokens"] = 2048
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "mine.yaml").write_text(yaml.safe_dump(config))
+    return workdir / "mine.yaml"
+
+
+def table(workdir: Path, name: str) -> pd.DataFrame:
+    from lmsat.tables import read_table
+
+    return read_table(workdir / "results" / "out" / "tables" / f"{name}.csv")
+
+
+@slow
+def test_checkpoints_rotated_away_keep_their_records_and_the_verdict_its_best(rising_run, tmp_path):
+    """Issue 46, case 2: the Trainer's save_total_limit deletes old checkpoints as new ones
+    come; before, the rerun the README advises dropped their rows from every table and the
+    verdict went from saturates (best 800, rise 0.416) to no evidence (rise 0.0)."""
+    source, tokenizer = rising_run
+    base = tmp_path / "run"
+    shutil.copytree(source, base)
+    workdir = tmp_path / "work"
+    config = rising_config(base, workdir)
+    first = snakemake(workdir, config)
+    assert first.returncode == 0, first.stdout[-6000:]
+    before = table(workdir, "saturation_verdicts").iloc[0]
+    assert before["best_step"] == 80 and before["final_step"] == 120 and before["verdict"] == "saturates", before
+    assert before["notes"] != before["notes"] or before["notes"] == ""  # empty (NaN once read back)
+
+    # training goes on with save_total_limit=3: checkpoint-160, -200 come, -40 and -80 are deleted
+    train(base / "out", base / "noise.txt", max_steps=200, save_steps=40, resume=True, tokenizer=tokenizer, save_total_limit=3)
+    assert sorted(p.name for p in (base / "out").glob("checkpoint-*")) == ["checkpoint-120", "checkpoint-160", "checkpoint-200"]
+    second = snakemake(workdir, config)
+    assert second.returncode == 0, second.stdout[-6000:]
+    assert ("lmsat: note: model mine: 2 checkpoint(s) this run measured are no longer in " in second.stdout
+            and "(checkpoint-40, checkpoint-80; rotated away" in second.stdout), second.stdout[-6000:]
+    jobs = jobs_by_rule(second.stdout)
+    per_checkpoint = [w for ws in jobs.values() for w in ws if "revision=" in w]
+    assert per_checkpoint and all(re.search(r"revision=checkpoint-(160|200)\b", w) for w in per_checkpoint), jobs
+    loss = table(workdir, "loss")
+    assert list(loss["step"]) == [40, 80, 120, 160, 200]
+    assert list(loss["on_disk"]) == [False, False, True, True, True] and list(loss["is_best"])[1]
+    after = table(workdir, "saturation_verdicts").iloc[0]
+    assert after["verdict"] == "saturates" and after["best_step"] == 80 and after["final_step"] == 200, after
+    assert after["notes"].startswith("its best checkpoint checkpoint-80 (step 80) is no longer on disk; 2 of its 5 "
+                                     "checkpoints are no longer on disk (checkpoint-40, checkpoint-80)"), after["notes"]
+    summary = (workdir / "logs" / "out" / "summarize_run.log").read_text()
+    assert "WARNING" in summary and "mine: saturates; its best checkpoint checkpoint-80" in summary
+    # nothing is planned for the checkpoints that left: no job could remake their records
+    assert "Nothing to be done" in snakemake(workdir, config, "-n").stdout
+    # dropped knowingly: their files deleted, they leave the tables
+    for path in (workdir / "results" / "out").rglob("checkpoint-40.*"):
+        path.unlink()
+    third = snakemake(workdir, config)
+    assert third.returncode == 0, third.stdout[-6000:]
+    assert list(table(workdir, "loss")["step"]) == [80, 120, 160, 200]
+
+
+@slow
+def test_a_zero_filled_checkpoint_stops_its_job_and_untrained_weights_are_flagged(rising_run, tmp_path):
+    """Issue 46, case 1: checkpoint-120's model.safetensors zero-filled with its header intact
+    (before: rc 0, its loss ln V, and the verdict flipped to saturates) stops its job naming
+    the file and the tensors; a fresh initialisation saved in its place loads (random
+    matrices), and its loss, at ln V after the run got well below it, is flagged in the loss
+    table and beside the verdict."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    source, _ = rising_run
+    base = tmp_path / "run"
+    shutil.copytree(source, base)
+    weights = base / "out" / "checkpoint-120" / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    start = 8 + int.from_bytes(data[:8], "little")  # the header: its length, then its JSON
+    data[start:] = bytes(len(data) - start)
+    weights.write_bytes(bytes(data))
+    workdir = tmp_path / "work"
+    config = rising_config(base, workdir)
+    broken = snakemake(workdir, config)
+    assert broken.returncode != 0
+    log = (workdir / "logs" / "out" / "analyse_checkpoint" / "mine" / "checkpoint-120.log").read_text()
+    assert f"{weights} holds 10 all-zero matrices: embed_out.weight" in log, log[-3000:]
+    assert "the file was zero-filled or overwritten" in log and "Fix: replace" in log
+    assert not (workdir / "results" / "out" / "tables" / "loss.csv").exists()
+
+    torch_config = AutoConfig.from_pretrained(base / "out" / "checkpoint-120")
+    torch.manual_seed(1)  # a fresh draw scores ln V within hundredths, either side of it
+    AutoModelForCausalLM.from_config(torch_config).save_pretrained(base / "out" / "checkpoint-120")  # untrained
+    flagged = snakemake(workdir, config)
+    assert flagged.returncode == 0, flagged.stdout[-6000:]
+    loss = table(workdir, "loss")
+    assert list(loss["implausible_loss"]) == [False, False, True], loss
+    verdict = table(workdir, "saturation_verdicts").iloc[0]
+    assert verdict["notes"].startswith(f"checkpoint-120 (step 120): loss {loss['loss'].iloc[-1]:.3f} is back near "
+                                       f"ln V = {math.log(torch_config.vocab_size):.3f}"), verdict["notes"]
+    summary = (workdir / "logs" / "out" / "summarize_run.log").read_text()
+    assert "checkpoint-120 (step 120): loss" in summary

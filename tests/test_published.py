@@ -8,16 +8,36 @@ evals/pythia-v1/<model>/<setting>/<file> (the file name here: model_setting_file
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
+import re
+import shutil
+import subprocess
+import sys
 from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
 import pytest
 
+from lmsat.errors import PublishedRecordError
 from lmsat.io import write_json
-from lmsat.published import COLUMNS, compare, published_evals, rows_of, source
+from lmsat.published import (
+    CELLS,
+    COLUMNS,
+    CSV_NAME,
+    CSV_SHA256,
+    FIVE_SHOT_STEPS,
+    PUBLISHED_MODELS,
+    ZERO_SHOT_STEPS,
+    compare,
+    packaged_csv,
+    published_evals,
+    read_record,
+    rows_of,
+    source,
+)
 from lmsat.tables import write_csv
 
 from conftest import ROOT, script
@@ -155,3 +175,191 @@ def test_the_summary_of_a_run_with_a_pythia_named_model_shows_them(tmp_path):
     assert "step0" not in shown  # neither best nor final, nor flagged, nor evaluated: in the CSV only
     assert set(table["revision"]) == {"step0", "step3000", "step143000"}
     assert ">Fig. 1a: loss along training</a>" in page  # and each figure one click away
+
+
+# ------------------------------------------------------------------ a damaged record (issue 46, cases 5 and 11)
+# Each fault is made on a real copy of the packaged CSV, as an editor, a cut download or a
+# spreadsheet round trip leaves it; before, each ran through with other verdicts (rc 0) or
+# failed on a raw ValueError / AttributeError / pandas tokenizer error naming no file or model.
+
+
+def damaged_copy(tmp_path, change) -> tuple:
+    """A copy of the packaged CSV after `change(comments, header, rows)` -> (comments, header,
+    rows) on its lines (each with its line end); -> (path, the first data row's line number)."""
+    lines = packaged_csv().read_text(encoding="utf-8").splitlines(keepends=True)
+    comments = [line for line in lines if line.startswith("#")]
+    header, rows = lines[len(comments)], lines[len(comments) + 1:]
+    comments, header, rows = change(list(comments), header, list(rows))
+    path = tmp_path / CSV_NAME
+    path.write_text("".join(comments + [header] + rows), encoding="utf-8")
+    return path, len(comments) + 2
+
+
+def row_of(rows, model, shots, step, task, metric) -> int:
+    return next(i for i, row in enumerate(rows) if row.startswith(f"{model},{shots},{step},{task},{metric},"))
+
+
+def set_field(column: str, value: str, model="pythia-70m", step=3000, task="lambada_openai", metric="perplexity"):
+    def change(comments, header, rows):
+        i = row_of(rows, model, 0, step, task, metric)
+        fields = rows[i].rstrip("\n").split(",")
+        fields[COLUMNS.index(column)] = value
+        rows[i] = ",".join(fields) + "\n"
+        return comments, header, rows
+    return change
+
+
+def ppl_row(rows) -> int:
+    return row_of(rows, "pythia-70m", 0, 3000, "lambada_openai", "perplexity")
+
+
+def decimal_comma(comments, header, rows):
+    i = ppl_row(rows)
+    fields = rows[i].split(",")
+    fields[5] = fields[5].replace(".", ",")
+    rows[i] = ",".join(fields)
+    return comments, header, rows
+
+
+def duplicated_row(comments, header, rows):
+    i = ppl_row(rows)
+    return comments, header, rows[: i + 1] + [rows[i]] + rows[i + 1:]
+
+
+def duplicated_step(comments, header, rows):
+    """pythia-70m's zero-shot step 3000, all 14 rows of it, twice."""
+    step = [row for row in rows if row.startswith("pythia-70m,0,3000,")]
+    i = rows.index(step[-1])
+    return comments, header, rows[: i + 1] + step + rows[i + 1:]
+
+
+def row_cut_mid_line(comments, header, rows):
+    i = ppl_row(rows)
+    rows[i] = rows[i][: len(rows[i]) // 2] + "\n"
+    return comments, header, rows
+
+
+BAD_VALUES = {  # name -> (change, what the message says)
+    "nan ppl": (set_field("value", "nan"), "lambada_openai perplexity is nan, outside [1, inf]"),
+    "ppl -5": (set_field("value", "-5"), "lambada_openai perplexity is -5.0, outside [1, inf]"),
+    "ppl 0": (set_field("value", "0"), "lambada_openai perplexity is 0.0, outside [1, inf]"),
+    "nan stderr": (set_field("stderr", "nan"), "the standard error of lambada_openai perplexity is nan"),
+    "empty stderr": (set_field("stderr", ""), "stderr '' is not a number"),
+    "accuracy 1.5": (set_field("value", "1.5", task="sciq", metric="acc"), "sciq acc is 1.5, outside [0, 1]"),
+    "decimal comma": (decimal_comma, "it holds 9 fields, not the 8 of model,shots,step,task,metric,value,stderr,"
+                      "task_version (a line cut short or joined to another, or a decimal comma"),
+    "row cut mid-line": (row_cut_mid_line, "it holds 5 fields, not the 8"),
+    "duplicated row": (duplicated_row, "zero-shot step 3000 lambada_openai perplexity is there twice (also line"),
+    "duplicated step": (duplicated_step, "zero-shot step 3000 arc_challenge acc is there twice (also line"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_VALUES))
+def test_a_bad_value_of_the_record_is_named_with_file_line_and_model(tmp_path, name):
+    """Before: `ValueError: points: loss must be finite`, `ValueError: steps must increase ...`,
+    `Error tokenizing data. C error: Expected 8 fields in line 7824, saw 9`, or a verdict."""
+    change, says = BAD_VALUES[name]
+    path, _ = damaged_copy(tmp_path, change)
+    rows = path.read_text().splitlines()
+    with pytest.raises(PublishedRecordError) as info:
+        published_evals(path)
+    message = str(info.value)
+    line = int(re.search(rf"^{re.escape(str(path))}, line (\d+) \(model pythia-70m\): ", message).group(1))
+    assert rows[line - 1].startswith("pythia-70m,0,3000,"), (line, rows[line - 1])
+    assert says in message and "Fix: restore the file lmsat ships" in message, message
+
+
+@pytest.mark.parametrize("name, change, says", [
+    ("no header", lambda c, h, r: (c, "", r), ", line 6: the published record's header should be model,shots,step,"
+     "task,metric,value,stderr,task_version, not 'pythia-1.4b,0,0,arc_challenge,acc,"),
+    ("no comment header", lambda c, h, r: ([], h, r), ": the published record has no header line `# source: "
+     "https://github.com/EleutherAI/pythia at commit <40 hex digits>`"),
+])
+def test_a_record_without_its_header_is_named(tmp_path, name, change, says):
+    """Before: a verdict from the first row taken as the header, or `AttributeError: 'NoneType'
+    object has no attribute 'group'` from the provenance line."""
+    path, _ = damaged_copy(tmp_path, change)
+    calls = [published_evals, source] if name == "no comment header" else [published_evals]
+    for call in calls:
+        with pytest.raises(PublishedRecordError) as info:
+            call(path)
+        assert str(info.value).startswith(f"{path}{says}") and "Fix: restore" in str(info.value), str(info.value)
+
+
+def cut_at_line_end(comments, header, rows):
+    """pythia-70m-deduped (the file's last model) cut after its zero-shot step 83000: the
+    issue's "final 143000 with 26 checkpoints becomes final 93000 with 21"."""
+    first = next(i for i, row in enumerate(rows) if row.startswith("pythia-70m-deduped,0,"))
+    return comments, header, rows[: first + 21 * len(CELLS)]
+
+
+def early_rows_removed(comments, header, rows):
+    first = next(i for i, row in enumerate(rows) if row.startswith("pythia-70m-deduped,0,"))
+    return comments, header, rows[:first] + rows[first + 15:]
+
+
+@pytest.mark.parametrize("change, says", [
+    (cut_at_line_end, "(model pythia-70m-deduped): 6 of its 27 promised zero-shot steps are missing (93000, 103000, "
+                      "113000, 123000, 133000, 143000); the file ends at line"),
+    (lambda c, h, r: (c, h, r[:-1]), "(model pythia-70m-deduped): 1 cell(s) of its five-shot step(s) 143000 are "
+                                     "missing (step 143000 wsc acc)"),
+    (early_rows_removed, "(model pythia-70m-deduped): 1 of its 27 promised zero-shot steps are missing (0); 1 cell(s) "
+                         "of its zero-shot step(s) 1 are missing (step 1 arc_challenge acc)"),
+    (lambda c, h, r: (c, h, [row for row in r if not row.startswith("pythia-12b,")]),
+     "(model pythia-12b): 27 of its 27 promised zero-shot steps are missing"),
+])
+def test_a_record_with_rows_missing_is_refused_naming_model_and_steps(tmp_path, change, says):
+    """Case 5: each of these ran through with rc 0 and other verdicts (70m-deduped: final step
+    93000 with 21 checkpoints instead of 143000 with 26)."""
+    path, _ = damaged_copy(tmp_path, change)
+    with pytest.raises(PublishedRecordError) as info:
+        published_evals(path)
+    assert says in str(info.value) and str(path) in str(info.value), str(info.value)
+
+
+def test_a_file_cut_mid_line_or_a_value_edited_is_refused_by_the_pinned_checksum(tmp_path):
+    path, _ = damaged_copy(tmp_path, lambda c, h, r: (c, h, r))
+    assert published_evals(path).equals(published_evals())  # an exact copy passes
+    text = path.read_text()
+    path.write_text(text[:-5])  # the last stderr cut short still reads as a number
+    with pytest.raises(PublishedRecordError, match=r"line 8826 \(model pythia-70m-deduped\): the last line has no "
+                                                   r"line end: the file was cut mid-line"):
+        published_evals(path)
+    path.write_text(text.replace("0.36538461538461536,0.047447", "0.46538461538461536,0.047447"))  # plausible, wrong
+    with pytest.raises(PublishedRecordError, match=r"holds every model, step and cell it promises, but its SHA-256 is "
+                                                   r"[0-9a-f]{64}, not the " + CSV_SHA256):
+        published_evals(path)
+    assert len(published_evals(path, sha256=None)) == len(published_evals())  # a rebuilt file, checked but not pinned
+
+
+def test_the_shipped_record_keeps_its_promise(published):
+    """The pinned file is read without the line-by-line check (planning reads it): the check
+    must accept it and read the same table."""
+    text = packaged_csv().read_text(encoding="utf-8")
+    assert hashlib.sha256(text.encode()).hexdigest() == CSV_SHA256
+    pd.testing.assert_frame_equal(read_record(packaged_csv(), text), published)
+    zero = published[published["shots"] == 0]
+    assert {model: tuple(sorted(set(steps))) for model, steps in zero.groupby("model")["step"]} == {
+        model: ZERO_SHOT_STEPS for model in PUBLISHED_MODELS}
+    assert len(ZERO_SHOT_STEPS) == 27 and len(FIVE_SHOT_STEPS) == 15 and len(CELLS) == 14
+    assert sorted(set(published["model"])) == sorted(PUBLISHED_MODELS)
+
+
+def test_a_damaged_record_stops_the_workflow_at_planning_naming_file_line_and_model(tmp_path):
+    """The published run (config/published.yaml) on a checkout whose packaged CSV was cut at a
+    line end: before, rc 0 and pythia-70m-deduped's verdict from 21 checkpoints, final 83000."""
+    tree = tmp_path / "lmsat"
+    for part in ("src", "workflow", "config"):
+        shutil.copytree(ROOT / part, tree / part, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    shutil.copy(ROOT / "Snakefile", tree / "Snakefile")
+    csv = tree / "src" / "lmsat" / CSV_NAME
+    damaged, _ = damaged_copy(tmp_path, cut_at_line_end)
+    shutil.copy(damaged, csv)
+    result = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(tree / "Snakefile"), "--directory",
+                             str(tmp_path / "work"), "--configfile", str(tree / "config" / "published.yaml"),
+                             "--cores", "1"], capture_output=True, text=True, timeout=600)
+    assert result.returncode != 0
+    output = result.stdout + result.stderr
+    assert "PublishedRecordError" in output and f"{csv}, line " in output, output[-3000:]
+    assert "(model pythia-70m-deduped): 6 of its 27 promised zero-shot steps are missing" in output, output[-3000:]
+    assert not (tmp_path / "work" / "results").exists()  # refused at planning: nothing made

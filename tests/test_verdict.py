@@ -23,7 +23,7 @@ import torch
 from lmsat.cache import ExtractionSettings, extract_to_cache, open_cache
 from lmsat.io import write_json
 from lmsat.metrics import METRICS
-from lmsat.tables import verdicts_from_records
+from lmsat.tables import loss_from_records, loss_table, verdicts_from_records
 from lmsat.verdict import (
     NO_EVIDENCE,
     SATURATES,
@@ -245,8 +245,9 @@ def real_run(tiny_neox, tmp_path_factory):
 def test_the_table_of_a_real_run_whose_final_is_its_best_says_no_evidence(real_run):
     caches, records = real_run
     table = verdicts_from_records(records, {}, None)
-    assert list(table.columns) == list(VERDICT_COLUMNS) and len(table) == 1
+    assert list(table.columns) == [*VERDICT_COLUMNS, "notes"] and len(table) == 1
     row = table.iloc[0]
+    assert row["notes"] == ""  # nothing implausible, nothing gone
     assert row["verdict"] == NO_EVIDENCE and row["best_step"] == row["final_step"] == 60
     assert row["checkpoints"] == 4 and row["units"] == 48 and row["rise_low"] <= row["rise"] < 0
     # the loss metric's sequence means are the cache's per-token losses, averaged per sequence
@@ -310,3 +311,90 @@ def test_records_of_different_samples_are_refused(real_run, tmp_path):
     write_json(short, record)
     with pytest.raises(ValueError, match="scored on .* sequences"):
         verdicts_from_records([short, *records[1:]], {}, None)
+
+
+# ---------------------------------------------------------------- what the reader of a verdict must know (issue 46)
+
+
+@pytest.fixture(scope="module")
+def reset_run(real_run, tiny_neox, tmp_path_factory):
+    """The real run with a fifth checkpoint, step 90, whose weights are a fresh initialisation
+    of the same architecture (a save that wrote untrained weights: it loads, its matrices are
+    random, so no load check refuses it), cached and recorded as the others."""
+    from transformers import GPTNeoXForCausalLM
+
+    caches, records = real_run
+    out = records[0].parents[3]
+    torch.manual_seed(1)
+    fresh = GPTNeoXForCausalLM(tiny_neox.config).eval()
+    with open_cache(caches[0]) as cache:
+        n_seq, predicted = cache["loss"].shape  # (n_seq, seq_len - 1)
+    rng = np.random.default_rng(0)  # the real run's sample, made again as real_run makes it
+    easy = np.tile(rng.integers(0, 36, size=(24, 3)), (1, 6))
+    sample = np.concatenate([easy, rng.integers(0, 36, size=(24, 18))]).astype(np.int32)
+    assert sample.shape == (n_seq, predicted + 1)
+    path = out / "cache" / "step90.h5"
+    extract_to_cache(fresh, sample, path, settings=ExtractionSettings(batch_size=8, chunk_sequences=16, layer_sample=32),
+                     identity=dict(model="tiny", revision="step90", model_id="local/tiny", sample_sha256="s"))
+    return records + loss_records({90: path}, out)
+
+
+def test_a_checkpoint_back_at_ln_v_after_learning_is_flagged_and_kept(reset_run):
+    """Issue 46, case 1: a checkpoint whose loss is an untrained model's after the run's own
+    checkpoints fell well below it is marked in the loss table and named beside the verdict;
+    its row stays (a real divergence is a finding)."""
+    loss = loss_from_records(reset_run, {}, None)
+    ln_v = math.log(40)  # tiny_neox's head: 40 rows
+    assert list(loss["step"]) == [0, 10, 30, 60, 90]
+    best, reset = (loss.loc[loss["step"] == step, "loss"].item() for step in (60, 90))
+    assert best < ln_v - 1  # it learned: a nat and more below uniform
+    assert abs(reset - ln_v) < 0.05 and reset > ln_v - 0.1 * (ln_v - best)  # untrained: ln V within hundredths
+    assert list(loss["implausible_loss"]) == [False, False, False, False, True]  # step 0 is at ln V by design
+    verdict = verdicts_from_records(reset_run, {}, None).iloc[0]
+    assert verdict["verdict"] == SATURATES and verdict["final_step"] == 90  # the number stands, flagged beside it
+    assert verdict["notes"].startswith(f"step90 (step 90): loss {reset:.3f} is back near ln V = {ln_v:.3f} (a uniform "
+                                       f"guess over the head's rows, an untrained model's loss) after step60 (step 60) "
+                                       f"reached {best:.3f}: "), verdict["notes"]
+    assert "A broken checkpoint (zeroed, or untrained weights saved) or a divergence" in verdict["notes"]
+
+
+def test_a_loss_that_rises_without_forgetting_what_was_learned_is_not_flagged(real_run):
+    """A real rise (saturation, a divergence that keeps most of what was learned) is the
+    verdict's to judge, not a broken checkpoint: only a loss back near ln V is flagged."""
+    from lmsat.io import read_json
+
+    _, records = real_run
+    rows = [read_json(path) for path in records]
+    ln_v, best = math.log(40), min(row["loss"] for row in rows)
+    for lost, flagged in ((0.5, False), (0.85, False), (0.95, True)):
+        risen = dict(rows[-1], step=90, revision="step90", loss=best + lost * (ln_v - best))
+        table = loss_table([*rows, risen])
+        assert list(table["implausible_loss"]) == [False] * 4 + [flagged], lost
+
+
+def test_records_of_an_older_lmsat_are_held_against_the_plans_vocabulary(reset_run, tmp_path):
+    """Records made before the loss metric recorded ln V: the plan's vocab_size stands in;
+    with neither, nothing is flagged (nothing is known to flag against)."""
+    from lmsat.integrity import RECORD_FIELD
+    from lmsat.io import read_json
+
+    older = []
+    for path in reset_run:
+        record = {k: v for k, v in read_json(path).items() if k not in (RECORD_FIELD, "uniform_loss")}
+        copy = tmp_path / "metrics" / "loss" / "tiny" / path.name
+        write_json(copy, record)
+        older.append(copy)
+    assert not loss_from_records(older, {}, None)["implausible_loss"].any()
+    assert list(loss_from_records(older, {}, None, vocab_sizes={"tiny": 40})["implausible_loss"]) == [False] * 4 + [True]
+
+
+def test_checkpoints_no_longer_on_disk_are_named_beside_the_verdict_best_first(real_run, reset_run):
+    """Issue 46, case 2 at the table: the records of rotated-away checkpoints are kept, and the
+    verdict says which of its checkpoints are gone, its best above all."""
+    _, records = real_run
+    verdict = verdicts_from_records(records, {}, None, gone=["tiny@step0", "tiny@step10"]).iloc[0]
+    assert verdict["notes"] == ("2 of its 4 checkpoints are no longer on disk (step0, step10): measured before they "
+                                "went, their records are kept (on_disk false in the tables)")
+    verdict = verdicts_from_records(reset_run, {}, None, gone=["tiny@step60"]).iloc[0]
+    assert verdict["best_step"] == 60 and ("; its best checkpoint step60 (step 60) is no longer on disk; 1 of its 5 "
+                                           "checkpoints are no longer on disk (step60)") in verdict["notes"]

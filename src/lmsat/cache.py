@@ -8,7 +8,8 @@ Layout of `results/cache/{model}/{revision}.h5`:
                                                (w: the widest state, narrower ones zero-padded)
     layer_index  (k,) int64                    flat token positions of that subsample
     attrs        model, revision, model_id, dtype, storage_dtype, sample_sha256,
-                 n_seq, seq_len, hidden_size, n_layers, versions (JSON), complete,
+                 n_seq, seq_len, hidden_size, n_layers, head_rows (the LM head's V;
+                 absent from caches of older lmsat), versions (JSON), complete,
                  checksums (JSON: SHA-256 of each dataset per chunk, lmsat.integrity)
 
 Extraction is resumable and writes the data once: the file is created under
@@ -299,6 +300,9 @@ def extract_to_cache(model, tokens: np.ndarray, out_path, *, identity: dict, set
     Returns the seconds spent in the forward (up to the host copy) and in the writes.
     """
     out_path = Path(out_path)
+    head = getattr(model, "get_output_embeddings", lambda: None)()
+    if head is not None:  # its rows: ln(head_rows) is the loss of a uniform guess (an untrained model's)
+        identity = {**identity, "head_rows": int(head.weight.shape[0])}
     parts = out_path.with_name(out_path.name + ".parts")
     partial = parts / "cache.h5"
     n_seq, seq_len = tokens.shape

@@ -361,7 +361,7 @@ def write_tables(directory: Path, metrics, model: str, config_sha256: str) -> di
     provenance, as rule tabulate_metric writes results/<run>/tables/<table>.csv, but OWN_TABLES
     (the callback writes its verdict itself). -> {name: frame}"""
     from lmsat.metrics import METRICS
-    from lmsat.tables import write_csv
+    from lmsat.tables import mark_on_disk, write_csv
 
     built = {}
     for metric in metrics:
@@ -369,7 +369,9 @@ def write_tables(directory: Path, metrics, model: str, config_sha256: str) -> di
         for name, table in METRICS[metric].tables.items():
             if name in OWN_TABLES:
                 continue
-            frame = table.build(files, {need: built[need] for need in table.needs}, [model])
+            # the workflow's columns; on_disk (a checkpoint directory gone since it was analysed) is never
+            # false here: the callback scores the model in memory and reads no checkpoint directory
+            frame = mark_on_disk(table.build(files, {need: built[need] for need in table.needs}, [model]), ())
             write_csv(frame, directory / "tables" / f"{name}.csv", config_sha256, files if table.row_provenance else ())
             built[name] = frame
     return built

@@ -9,7 +9,7 @@ stderr (its load report) says so. lmsat.models.load_causal_lm calls, in this ord
     with transformers_log_to_job_log(): ...      # the load report into the job's log
     check_load_report(loading_info, model, revision)
     check_stored_dtypes(lm, stored, model, revision)
-    check_finite(lm, model, revision)
+    check_weight_values(lm, stored, model, revision)  # NaN/Inf anywhere; all-zero or constant matrices
 
 Each raises a ModelLoadError naming model, revision, the file or tensors, and the fix.
 """
@@ -272,11 +272,47 @@ def _stated_dtype(model: ModelEntry, revision: str) -> str | None:
     return None
 
 
-def check_finite(lm, model: ModelEntry, revision: str) -> None:
-    """ModelLoadError naming the first tensor of the checkpoint holding NaN/Inf; one
-    pass over the weights on their device, one host sync. aminmax, not isfinite(t).all():
+def weight_files(model: ModelEntry, revision: str, names) -> list[str]:
+    """The checkpoint's file(s) holding the tensors `names` (state-dict names): the shard its
+    index assigns each to, else model.safetensors, else the checkpoint's directory."""
+    directory = checkpoint_dir(model, revision)
+    if directory is None:
+        return [f"the files of {_where(model, revision)}"]
+    if (directory / INDEX).is_file():
+        try:
+            weight_map = json.loads((directory / INDEX).read_text())["weight_map"]
+        except (OSError, ValueError, KeyError, TypeError):
+            weight_map = {}
+        return sorted({str(directory / weight_map[n]) if n in weight_map else str(directory / INDEX) for n in names})
+    return [str(directory / SINGLE) if (directory / SINGLE).is_file() else str(directory)]
+
+
+def stored_names(loaded: dict[str, tuple[int, ...]], stored: dict | None) -> dict[str, str]:
+    """{loaded tensor name: its name in the weight files}: its own where the files hold it,
+    else the one stored tensor of its shape that no loaded name claims (transformers renames
+    some on load: Pythia's `embed_out.weight` is its `lm_head.weight`), else its own."""
+    if not stored:
+        return {name: name for name in loaded}
+    unclaimed = [(key, tuple(shape)) for key, (_, shape) in stored.items() if key not in loaded]
+    names = {}
+    for name, shape in loaded.items():
+        same = [key for key, stored_shape in unclaimed if stored_shape == shape]
+        names[name] = name if name in stored or len(same) != 1 else same[0]
+    return names
+
+
+def check_weight_values(lm, stored: dict | None, model: ModelEntry, revision: str) -> None:
+    """ModelLoadError naming the first tensor of the checkpoint holding NaN/Inf, else the file
+    and every matrix (a tensor of 2 or more dimensions: embeddings, projections, the head)
+    that is all zero or constant, as a crash that zero-fills a file leaves it, each by its
+    name in the files (`stored`, from check_weight_files). No architecture lmsat loads starts
+    a matrix constant (GPT-NeoX, Llama, GPT-2, OPT draw them at random), and training does
+    not make one constant; vectors are left alone, since norm weights start at 1 and biases
+    at 0 (a step-0 checkpoint holds them so).
+
+    One pass over the weights on their device, one host sync. aminmax, not isfinite(t).all():
     NaN propagates into it and +-Inf lands in it, and it allocates nothing (30x faster on
-    a CPU: 0.03 s instead of 0.9 s for a 50304 x 768 head)."""
+    a CPU: 0.03 s instead of 0.9 s for a 50304 x 768 head); min == max is a constant tensor."""
     import torch
 
     # The state dict: parameters and persistent buffers, i.e. what a checkpoint holds; not
@@ -288,13 +324,30 @@ def check_finite(lm, model: ModelEntry, revision: str) -> None:
             seen.add(tensor.data_ptr())
     if not named:
         return
-    flags = torch.stack([torch.isfinite(torch.stack(torch.aminmax(t.detach()))).all() for _, t in named])
-    if bool(flags.all()):
-        return
-    name, tensor = named[int((~flags).nonzero()[0, 0])]
-    count = int((~torch.isfinite(tensor)).sum())
-    first = tuple(int(i) for i in (~torch.isfinite(tensor)).nonzero()[0])
-    raise ModelLoadError(
-        f"{_where(model, revision)}: tensor {name} {tuple(tensor.shape)} holds {count} NaN/Inf value(s) "
-        f"(first at index {first}): the checkpoint is broken. Fix: {refetch_fix(model, revision)}"
-    )
+    # float64 holds every half, bfloat16 and float32 value exactly: min == max only if they are equal
+    bounds = torch.stack([torch.stack(torch.aminmax(t.detach())).double() for _, t in named]).cpu()  # (n, 2): min, max
+    finite = torch.isfinite(bounds).all(dim=1)
+    if not bool(finite.all()):
+        name, tensor = named[int((~finite).nonzero()[0, 0])]
+        count = int((~torch.isfinite(tensor)).sum())
+        first = tuple(int(i) for i in (~torch.isfinite(tensor)).nonzero()[0])
+        raise ModelLoadError(
+            f"{_where(model, revision)}: tensor {name} {tuple(tensor.shape)} holds {count} NaN/Inf value(s) "
+            f"(first at index {first}): the checkpoint is broken. Fix: {refetch_fix(model, revision)}"
+        )
+    constant = [(name, tuple(tensor.shape), float(low)) for (name, tensor), (low, high) in zip(named, bounds.tolist())
+                if tensor.dim() >= 2 and tensor.numel() > 1 and low == high]
+    if constant:
+        in_files = stored_names({name: tuple(tensor.shape) for name, tensor in named}, stored)
+        constant = [(in_files[name], shape, value) for name, shape, value in constant]
+        zero = [f"{name} {shape}" for name, shape, value in constant if value == 0]
+        other = [f"{name} {shape} (every value {value:g})" for name, shape, value in constant if value != 0]
+        found = "; ".join(part for part in (
+            f"{len(zero)} all-zero matri{'x' if len(zero) == 1 else 'ces'}: {_quote(zero)}" if zero else "",
+            f"{len(other)} constant matri{'x' if len(other) == 1 else 'ces'}: {_quote(other)}" if other else "") if part)
+        files = weight_files(model, revision, [name for name, _, _ in constant])
+        raise ModelLoadError(
+            f"{_where(model, revision)}: {', '.join(files)} holds {found} of {sum(t.dim() >= 2 for _, t in named)}. "
+            "No architecture starts or trains a weight matrix constant: the file was zero-filled or overwritten "
+            f"(a crash while saving?), and its losses would be an untrained model's. Fix: {refetch_fix(model, revision)}"
+        )

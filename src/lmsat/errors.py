@@ -46,6 +46,11 @@ class StagingMissing(FileNotFoundError):
         )
 
 
+class PublishedRecordError(ValueError):
+    """The packaged record of EleutherAI's published evaluations is damaged or incomplete; the
+    message names the file, the line and the model, and how to restore it."""
+
+
 class MonitorError(ValueError):
     """A model, sample or setting that lmsat.callbacks cannot watch a training run with;
     raised before training starts, naming the culprit and the fix."""

@@ -11,10 +11,13 @@ The workflow plans from this registry alone (config `metrics:` names entries; th
                      weight metric of a checkpoint runs in its one analyse_checkpoint job,
                      which loads the weights once (an HDF5 file per checkpoint x metric)
 
-    tables: name -> Table(build(files, needed_tables, model_order, **options) -> DataFrame,
-            needs=..., options=...) (rule tabulate_metric, one generic rule for every table;
-            builders: functions of lmsat.tables, their arguments bound with functools.partial;
-            options: build keyword -> dotted config key, passed by the rule's params)
+    tables: name -> Table(build(files, needed_tables, model_order, **options, **facts) -> DataFrame,
+            needs=..., options=..., facts=...) (rule tabulate_metric, one generic rule for every
+            table; builders: functions of lmsat.tables, their arguments bound with
+            functools.partial; options: build keyword -> dotted config key, facts: what the
+            plan knows (FACTS), both passed by the rule's params). Every table with a row per
+            checkpoint gets column on_disk (lmsat.tables.mark_on_disk): a local run keeps the
+            records of checkpoints that left the disk (a Trainer's save_total_limit).
 
 This module imports no torch, and lmsat.tables imports scipy only where it fits, so the
 workflow reads both at DAG time.
@@ -22,6 +25,7 @@ workflow reads both at DAG time.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -39,6 +43,12 @@ class Table:
     needs: tuple[str, ...] = ()  # tables (of this or planned metrics) the build reads
     row_provenance: bool = True  # each row records the lmsat source that computed it
     options: dict[str, str] = field(default_factory=dict)  # build keyword -> dotted config key
+    # build keywords taken from the plan, not the config (FACTS): "vocab_sizes" {model: head
+    # rows V, 0 = unknown}, "gone" ["model@revision" measured but no longer on disk]
+    facts: tuple[str, ...] = ()
+
+
+FACTS = ("vocab_sizes", "gone")
 
 
 @dataclass(frozen=True)
@@ -60,6 +70,11 @@ def register(name: str, *, reads: str, higher_is_better: bool | None, descriptio
         raise ValueError(f"metric {name}: reads must be one of {READS}, not {reads!r}")
     if reads == "weights" and write is None:
         raise ValueError(f"metric {name}: a weights metric needs write(path, result, record)")
+
+    for table_name, table in (tables or {}).items():
+        if set(table.facts) - set(FACTS):
+            raise ValueError(f"metric {name}, table {table_name}: facts {sorted(set(table.facts) - set(FACTS))} are not "
+                             f"among {FACTS}")
 
     def decorate(fn):
         if name in METRICS:
@@ -93,24 +108,28 @@ def table_metric() -> dict[str, str]:
     higher_is_better=False,
     description="mean per-token cross-entropy (nats) on the eval sample",
     tables={
-        "loss": Table(tables.loss_from_records),
+        "loss": Table(tables.loss_from_records, facts=("vocab_sizes",)),
         "saturation_verdicts": Table(
             tables.verdicts_from_records,
             options={"alpha": "saturation.alpha", "min_checkpoints": "saturation.min_checkpoints"},
+            facts=("vocab_sizes", "gone"),
         ),
     },
 )
 def loss(cache) -> dict:
     """Mean cross-entropy over every predicted position of the eval sample, and each
     sequence's mean (`sequence_loss`, (n_seq,)): the same sequences at every checkpoint, the
-    paired units of the saturation verdict (lmsat.verdict). Reads the `loss` dataset only."""
+    paired units of the saturation verdict (lmsat.verdict). Reads the `loss` dataset only,
+    and the head's rows V: `uniform_loss` = ln V, the loss of a uniform guess, which the
+    loss table holds each checkpoint against (lmsat.tables.implausible_losses)."""
     from lmsat.cache import CacheError
 
     values = cache["loss"][...].astype(np.float64)  # (n_seq, seq_len - 1)
     if not np.isfinite(values).all() or (values < 0).any():
         raise CacheError(f"{cache.filename}: per-token losses contain NaN/Inf or negative values; delete the cache and rerun")
+    rows = cache.attrs.get("head_rows")  # None in a cache of an older lmsat
     return {"loss": float(values.mean()), "loss_sem": float(values.std() / np.sqrt(values.size)), "n_tokens": int(values.size),
-            "sequence_loss": values.mean(axis=1).tolist()}
+            "sequence_loss": values.mean(axis=1).tolist(), "uniform_loss": math.log(int(rows)) if rows else None}
 
 
 @register(

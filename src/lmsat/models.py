@@ -59,17 +59,17 @@ def load_causal_lm(model: ModelEntry, revision: str, *, dtype: str = "float32", 
     Loaded only if its tensors match its config.json exactly (lmsat.checkpoints: readable
     safetensors files, every shard of the index present, one floating dtype, then no
     missing, unexpected or mismatched key in transformers' load report, which goes to the
-    job's log), all of them finite, and its widths and depth equal the suite config's;
+    job's log), all of them finite, no weight matrix all zero or constant, and its widths and depth equal the suite config's;
     otherwise a ModelLoadError naming model, revision, file or keys, and the fix.
     """
     import torch
     from transformers import AutoModelForCausalLM
 
     from lmsat.checkpoints import (
-        check_finite,
         check_load_report,
         check_stored_dtypes,
         check_weight_files,
+        check_weight_values,
         transformers_log_to_job_log,
     )
 
@@ -95,7 +95,7 @@ def load_causal_lm(model: ModelEntry, revision: str, *, dtype: str = "float32", 
         ) from error
     check_load_report(loading_info, model, revision)
     check_stored_dtypes(lm, stored, model, revision)
-    check_finite(lm, model, revision)
+    check_weight_values(lm, stored, model, revision)
     text_config = lm.config.get_text_config()
     for field, actual, stated in (
         ("hidden_size", text_config.hidden_size, model.hidden_size),

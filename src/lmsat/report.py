@@ -305,19 +305,22 @@ def verdict_rows(verdicts: pd.DataFrame) -> pd.DataFrame:
     (lmsat.verdict): the verdict, the measured rise of the final above the lowest earlier
     checkpoint (negative: the final is the lowest), the simultaneous interval of the true
     rise (which always contains the measured one) and what it says, its standard error, the
-    p-value, the best and the final step."""
+    p-value, the best and the final step, and its notes (an implausible loss,
+    checkpoints no longer on disk: lmsat.tables.verdicts_from_records)."""
     rows = []
     for v in verdicts.to_dict("records"):
         final_is_best = int(v["best_step"]) == int(v["final_step"])
         measured = v["verdict"] != "too few checkpoints"
         level = f"{100 * (1 - 2 * float(v['alpha'])):.0f}%"
+        notes = v.get("notes")
         low, high = float(v["rise_low"]), float(v["rise_high"])
         rise = (_signed(float(v["rise"])) + (" (the final is the lowest)" if final_is_best else "")) if measured else "–"
         interval = f"[{_signed(low)}, {_signed(high)}]" if measured else "–"
         rows.append({"model": v["model"], "verdict": v["verdict"], "rise (nats)": rise,
                      f"rise interval ({level})": interval, "the interval is": interval_reading(low, high),
                      "rise_se": float(v["rise_se"]), "p_value": float(v["p_value"]), "best_step": int(v["best_step"]),
-                     "final_step": int(v["final_step"]), "checkpoints": int(v["checkpoints"])})
+                     "final_step": int(v["final_step"]), "checkpoints": int(v["checkpoints"]),
+                     "notes": notes if isinstance(notes, str) else ""})
     return pd.DataFrame(rows)
 
 

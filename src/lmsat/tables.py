@@ -28,7 +28,12 @@ from lmsat.verdict import DEFAULT_ALPHA, DEFAULT_MIN_CHECKPOINTS, VERDICT_COLUMN
 pd = lazy_module("pandas")  # imported by the first job that builds a table, not by every metric job
 log = logging.getLogger(__name__)
 
-LOSS_COLUMNS = ["suite", "model", "revision", "step", "tokens", "loss", "loss_sem", "is_best", "is_final"]
+LOSS_COLUMNS = ["suite", "model", "revision", "step", "tokens", "loss", "loss_sem", "is_best", "is_final", "implausible_loss"]
+# A loss is implausible for its step when it is back near ln V (a uniform guess over the head's
+# V rows: an untrained or zeroed model's loss) after the run had learned: an earlier checkpoint
+# got LEARNED nats or more below ln V (a perplexity e times below uniform), and this one lost
+# FORGOTTEN of that or more. A fresh initialisation scores ln V within a few hundredths.
+LEARNED, FORGOTTEN = 1.0, 0.9
 
 
 def in_model_order(table: pd.DataFrame, model_order: list[str] | None, then: list[str]) -> pd.DataFrame:
@@ -45,11 +50,15 @@ def in_model_order(table: pd.DataFrame, model_order: list[str] | None, then: lis
     return table.drop(columns="_model_order").reset_index(drop=True)
 
 
-def loss_table(records: list[dict], model_order: list[str] | None = None) -> pd.DataFrame:
-    """Loss per checkpoint with the loss-minimising (best) and last (final) revision flagged.
+def loss_table(records: list[dict], model_order: list[str] | None = None,
+               vocab_sizes: dict[str, int] | None = None) -> pd.DataFrame:
+    """Loss per checkpoint with the loss-minimising (best) and last (final) revision flagged,
+    and each implausible loss (implausible_losses; kept: a divergence is a finding).
 
-    records: dicts with suite, model, revision, step, tokens, loss, loss_sem; model_order:
-    row order of the models (the plan's, smallest first), by name when None.
+    records: dicts with suite, model, revision, step, tokens, loss, loss_sem (and the loss
+    metric's uniform_loss = ln V); model_order: row order of the models (the plan's, smallest
+    first), by name when None; vocab_sizes: the head rows V of each model where the records
+    do not give ln V (records of an older lmsat; 0 = unknown).
     """
     table = pd.DataFrame.from_records(records)
     if table.empty:
@@ -59,7 +68,51 @@ def loss_table(records: list[dict], model_order: list[str] | None = None) -> pd.
     final = table.groupby("model")["step"].idxmax()
     table["is_best"] = table.index.isin(best.values)
     table["is_final"] = table.index.isin(final.values)
+    table["implausible_loss"] = implausible_losses(table, vocab_sizes)
     return table[LOSS_COLUMNS]
+
+
+def uniform_losses(table: pd.DataFrame, vocab_sizes: dict[str, int] | None = None) -> pd.Series:
+    """ln V of each row: the loss of a uniform guess over the model's V head rows, from its
+    record (`uniform_loss`), else from `vocab_sizes`; NaN where neither knows V."""
+    known = {model: math.log(v) for model, v in (vocab_sizes or {}).items() if v and v > 0}
+    fallback = table["model"].map(known).astype(float)
+    if "uniform_loss" not in table:
+        return fallback
+    return pd.to_numeric(table["uniform_loss"], errors="coerce").astype(float).fillna(fallback)
+
+
+def implausible_losses(table: pd.DataFrame, vocab_sizes: dict[str, int] | None = None) -> pd.Series:
+    """Per row of a loss table (sorted by model, then step): whether its loss is back near ln V
+    (uniform_losses) after the run had learned: an earlier checkpoint of its model got
+    LEARNED nats or more below ln V, and this one lost FORGOTTEN (90%) or more of that. A
+    trained model does not forget nearly everything: that is the loss of a zeroed or
+    untrained model (a broken checkpoint) or of a run that diverged. False where V is
+    unknown, and at a model's first checkpoints (step 0 is at ln V by design)."""
+    uniform = uniform_losses(table, vocab_sizes)
+    learned = uniform - table.groupby("model", sort=False)["loss"].transform(lambda loss: loss.shift().cummin())
+    return ((learned >= LEARNED) & (table["loss"] >= uniform - (1 - FORGOTTEN) * learned)).astype(bool)
+
+
+def implausible_notes(records: list[dict], vocab_sizes: dict[str, int] | None = None) -> dict[str, list[str]]:
+    """model -> a sentence per checkpoint of `records` (loss records) whose loss is
+    implausible for its step (implausible_losses), with its loss, ln V, the earlier best and
+    the share of what was learned that is lost."""
+    table = in_model_order(pd.DataFrame.from_records(records), None, ["step"])
+    flags, uniform = implausible_losses(table, vocab_sizes), uniform_losses(table, vocab_sizes)
+    notes: dict[str, list[str]] = {}
+    for i in np.flatnonzero(flags.to_numpy()):
+        row = table.iloc[i]
+        earlier = table[(table["model"] == row["model"]) & (table["step"] < row["step"])]
+        best = earlier.loc[earlier["loss"].idxmin()]
+        lost = (row["loss"] - best["loss"]) / (uniform.iloc[i] - best["loss"])
+        notes.setdefault(row["model"], []).append(
+            f"{row['revision']} (step {int(row['step'])}): loss {row['loss']:.3f} is back near ln V = {uniform.iloc[i]:.3f} "
+            f"(a uniform guess over the head's rows, an untrained model's loss) after {best['revision']} (step "
+            f"{int(best['step'])}) reached {best['loss']:.3f}: {100 * lost:.0f}% of what the run had learned is lost. "
+            "A broken checkpoint (zeroed, or untrained weights saved) or a divergence; it is kept (implausible_loss in "
+            "the loss table): check it before reading the verdict")
+    return notes
 
 
 
@@ -80,18 +133,26 @@ def metric_records(files, values: tuple[str, ...] = ()) -> list[dict]:
     return records
 
 
-def loss_from_records(files, needed: dict, model_order: list[str] | None) -> pd.DataFrame:
-    return loss_table(metric_records(files, ("loss", "loss_sem")), model_order)
+def loss_from_records(files, needed: dict, model_order: list[str] | None,
+                      vocab_sizes: dict[str, int] | None = None) -> pd.DataFrame:
+    return loss_table(metric_records(files, ("loss", "loss_sem")), model_order, vocab_sizes)
+
+
+# The saturation_verdicts table: a verdict per model and, beside it, what its reader must know
+SATURATION_VERDICT_COLUMNS = [*VERDICT_COLUMNS, "notes"]
 
 
 def verdicts_from_records(files, needed: dict, model_order: list[str] | None, alpha: float = DEFAULT_ALPHA,
-                          min_checkpoints: int = DEFAULT_MIN_CHECKPOINTS) -> pd.DataFrame:
-    """One row per model (VERDICT_COLUMNS): its saturation verdict (lmsat.verdict), a paired
-    max-t test of its final checkpoint against every earlier one, from the per-sequence mean
-    losses of its loss records (`sequence_loss`: the same eval sequences at every checkpoint).
-    Reads the loss metric's JSON records only (each reduced from a cache's `loss` dataset),
-    never a hidden-state array. A model with fewer than `min_checkpoints` checkpoints gets
-    `too few checkpoints`."""
+                          min_checkpoints: int = DEFAULT_MIN_CHECKPOINTS, vocab_sizes: dict[str, int] | None = None,
+                          gone=()) -> pd.DataFrame:
+    """One row per model (SATURATION_VERDICT_COLUMNS): its saturation verdict (lmsat.verdict),
+    a paired max-t test of its final checkpoint against every earlier one, from the
+    per-sequence mean losses of its loss records (`sequence_loss`: the same eval sequences at
+    every checkpoint). Reads the loss metric's JSON records only (each reduced from a cache's
+    `loss` dataset), never a hidden-state array. A model with fewer than `min_checkpoints`
+    checkpoints gets `too few checkpoints`. `notes`: each checkpoint whose loss is
+    implausible for its step (implausible_notes), and the checkpoints among `gone`
+    ("model@revision": measured, no longer on disk; their records are kept), the best above all."""
     records = metric_records(files, ("loss", "sequence_loss"))
     if not records:
         raise ValueError("no loss records to test for saturation")
@@ -112,8 +173,16 @@ def verdicts_from_records(files, needed: dict, model_order: list[str] | None, al
                           "not the same eval sample (a paired test needs the same sequences at every checkpoint)")
         per_sequence = np.array([record["sequence_loss"] for _, record in items], dtype=np.float64)  # (K, n_seq)
         verdict = verdict_from_paired(steps, per_sequence, alpha=alpha, min_checkpoints=min_checkpoints)
-        rows.append({"model": model, **verdict.as_row()})
-    return in_model_order(pd.DataFrame(rows), model_order, [])[list(VERDICT_COLUMNS)]
+        notes = implausible_notes([record for _, record in items], vocab_sizes).get(model, [])
+        vanished = [record["revision"] for _, record in items if f"{model}@{record['revision']}" in set(gone)]
+        if vanished:
+            best = next(record["revision"] for _, record in items if int(record["step"]) == verdict.best_step)
+            lead = f"its best checkpoint {best} (step {verdict.best_step}) is no longer on disk; " if best in vanished else ""
+            notes.append(f"{lead}{len(vanished)} of its {len(items)} checkpoints are no longer on disk "
+                         f"({', '.join(vanished)}): measured before they went, their records "
+                         "are kept (on_disk false in the tables)")
+        rows.append({"model": model, **verdict.as_row(), "notes": "; ".join(notes)})
+    return in_model_order(pd.DataFrame(rows), model_order, [])[SATURATION_VERDICT_COLUMNS]
 
 
 def anisotropy_from_records(files, needed: dict, model_order: list[str] | None, part: int) -> pd.DataFrame:
@@ -137,6 +206,16 @@ def scalars_from_records(files, needed: dict, model_order: list[str] | None, col
         raise ValueError(f"no records to tabulate (columns {list(columns)})")
     table = _flag_final(pd.DataFrame.from_records(records))
     return in_model_order(table, model_order, ["step"])[[*RECORD_KEYS, "is_final", *columns]]
+
+
+def mark_on_disk(table: pd.DataFrame, gone) -> pd.DataFrame:
+    """`table` with column on_disk (rows per checkpoint: those with a revision column): False
+    for the checkpoints of `gone` ("model@revision"), measured before their directories went
+    (a Trainer's save_total_limit rotates them away) and kept from their records."""
+    if "revision" not in table or "model" not in table:
+        return table
+    gone = set(gone)
+    return table.assign(on_disk=[f"{m}@{r}" not in gone for m, r in zip(table["model"], table["revision"])])
 
 
 def _flag_final(table: pd.DataFrame) -> pd.DataFrame:

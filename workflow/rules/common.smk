@@ -54,6 +54,7 @@ from lmsat.hub import repo_dir
 from lmsat.fingerprint import FETCHED_MARKER, changed_files, weights_fingerprint
 from lmsat.io import read_json
 from lmsat.metrics import METRICS, table_metric
+from lmsat.names import PATH_NAME_PATTERN
 from lmsat.staging import (
     STAGING_RULES,
     needs_staging_corpus,
@@ -217,6 +218,59 @@ METRIC_TABLES = {
     for table, metric in table_metric().items()
     if metric in PLANNED_METRICS
 }
+
+
+def metric_file_pattern(metric):
+    """The per-checkpoint file of planned metric `metric`, {run}, {model}, {revision} to fill."""
+    if METRICS[metric].reads == "weights":
+        return WEIGHT_METRIC_FILES[metric]
+    return f"results/{{run}}/metrics/{metric}/{{model}}/{{revision}}.json"
+
+
+def vanished_checkpoints():
+    """{model: (revision, ...)}: checkpoints of local models that this run measured (a
+    per-checkpoint file of a planned metric under results/<run>/) whose directories have
+    left the run folder since (a Trainer's save_total_limit rotates old checkpoints away).
+    A run keeps what it measured: their files stay inputs of the tables, marked on_disk
+    false there, and no job is planned for them (the revision wildcard admits the planned
+    revisions only, so nothing can remake or overwrite them)."""
+    found = {}
+    for name, entry in MODELS.items():
+        if entry.source != "local":
+            continue
+        for metric in PLANNED_METRICS:
+            pattern = metric_file_pattern(metric)
+            folder = Path(pattern.format(run=RUN, model=name, revision="x")).parent
+            suffix = Path(pattern).suffix
+            for path in sorted(folder.glob(f"*{suffix}")) if folder.is_dir() else ():
+                revision = path.name[: -len(suffix)]
+                if (
+                    re.fullmatch(PATH_NAME_PATTERN, revision)
+                    and revision not in entry.revisions
+                    and not (Path(entry.id) / revision).exists()
+                ):
+                    found.setdefault(name, {})[revision] = None
+    natural = lambda name: [
+        int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name)
+    ]
+    return {name: tuple(sorted(found[name], key=natural)) for name in found}
+
+
+VANISHED = vanished_checkpoints()
+GONE = [
+    f"{model}@{revision}"
+    for model, revisions in VANISHED.items()
+    for revision in revisions
+]
+if VANISHED and workflow.is_main_process:
+    for _model, _revisions in VANISHED.items():
+        print(
+            f"lmsat: note: model {_model}: {len(_revisions)} checkpoint(s) this run measured are no longer in "
+            f"{MODELS[_model].id} ({', '.join(_revisions)}; rotated away by a Trainer's save_total_limit?): "
+            "their records stay in the tables, marked on_disk false, and the verdict keeps them. To drop them, "
+            f"delete their files: results/{RUN}/*/{_model}/<revision>.* and results/{RUN}/metrics/*/{_model}/<revision>.json",
+            file=sys.stderr,
+        )
 # A slice (`select`) writes under a run directory of its own (lmsat.config.slice_run).
 if any(CONFIG["select"].values()) and workflow.is_main_process:
     print(

@@ -15,7 +15,18 @@ def selected_revision(model, kind):
         return MODELS[model].final_revision
     selection = checkpoints.select_checkpoints.get(run=RUN).output[0]
     loss = f"results/{RUN}/tables/loss.csv"
-    return checked_selection(selection, loss, model, kind, MODELS[model].revisions)
+    gone = VANISHED.get(model, ())
+    best = checked_selection(
+        selection, loss, model, kind, MODELS[model].revisions + gone
+    )
+    # its records are kept in the tables (VANISHED), but lm-eval needs its weights
+    if best in gone:
+        raise ValueError(
+            f"model {model}: its best checkpoint {best} is no longer in {MODELS[model].id} (measured before it "
+            "went: its records stay in the tables), so Table 1 cannot evaluate it. Fix: put the checkpoint back, "
+            f"or leave {model} out of evaluation.models"
+        )
+    return best
 
 
 def get_evaluation_inputs(wildcards):

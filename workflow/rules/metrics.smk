@@ -49,5 +49,6 @@ rule tabulate_metric:
         options=get_table_options,
         config_sha256=CONFIG_SHA256,
         models=list(MODELS),
+        gone=GONE,
     script:
         "../scripts/tabulate_metric.py"

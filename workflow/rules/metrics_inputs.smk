@@ -12,12 +12,15 @@ def checkpoint_files(pattern, **extra):
 
 
 def metric_files(metric):
-    """The per-checkpoint files of a planned metric, for every checkpoint of the plan."""
-    if METRICS[metric].reads == "weights":
-        return checkpoint_files(WEIGHT_METRIC_FILES[metric])
-    return checkpoint_files(
-        "results/{run}/metrics/{metric}/{model}/{revision}.json", metric=metric
-    )
+    """The per-checkpoint files of a planned metric, for every checkpoint of the plan, and
+    those it made for checkpoints no longer on disk (VANISHED: kept, made by no job)."""
+    pattern = metric_file_pattern(metric)
+    kept = [
+        pattern.format(run=RUN, model=model, revision=revision)
+        for model, revisions in VANISHED.items()
+        for revision in revisions
+    ]
+    return checkpoint_files(pattern) + [path for path in kept if Path(path).is_file()]
 
 
 def get_metric_table_inputs(wildcards):
@@ -32,7 +35,9 @@ def get_metric_table_inputs(wildcards):
 
 def get_table_options(wildcards):
     """Rule tabulate_metric: the config values the table's build takes (its `options`:
-    keyword -> dotted config key, lmsat.metrics.Table), e.g. the verdict's alpha."""
+    keyword -> dotted config key, lmsat.metrics.Table), e.g. the verdict's alpha, and what
+    the plan knows that it takes (its `facts`: each model's head rows, the checkpoints no
+    longer on disk)."""
     table = METRICS[METRIC_TABLES[wildcards.table]].tables[wildcards.table]
     options = {}
     for keyword, dotted in table.options.items():
@@ -40,4 +45,8 @@ def get_table_options(wildcards):
         for key in dotted.split("."):
             value = value[key]
         options[keyword] = value
-    return options
+    facts = dict(
+        vocab_sizes={name: entry.vocab_size for name, entry in MODELS.items()},
+        gone=GONE,
+    )
+    return {**options, **{fact: facts[fact] for fact in table.facts}}

@@ -69,6 +69,9 @@ def main(snakemake):
     identical = read_table(inputs.identical) if "identical" in inputs.keys() else None
     published = compare(records, published_evals(), run_checkpoints(loss), identical)
     log.info("key numbers:\n%s\ncompared with the paper:\n%s", numbers.to_string(), comparison_text(comparison))
+    for row in ([] if verdicts is None else verdicts.to_dict("records")):  # what the reader of a verdict must know
+        if isinstance(row.get("notes"), str) and row["notes"]:
+            log.warning("%s: %s; %s", row["model"], row["verdict"], row["notes"])
     log.info("%d published evaluations of the run's Pythia checkpoints, %d beside a result of the run",
              len(published), published["measured"].notna().sum())
     here = os.path.dirname(snakemake.output.html)

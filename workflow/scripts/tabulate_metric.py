@@ -1,5 +1,6 @@
 """Rule tabulate_metric: one table of a registered metric (lmsat.metrics) from its
-per-checkpoint files and the tables it needs, written with its provenance."""
+per-checkpoint files and the tables it needs, each checkpoint's row marked on_disk or not,
+written with its provenance."""
 
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
 import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
@@ -7,7 +8,7 @@ import lmsat.warm_start  # noqa: F401 (then: a local run's warm interpreter take
 
 from lmsat.io import setup_logging
 from lmsat.metrics import METRICS
-from lmsat.tables import read_table, write_csv
+from lmsat.tables import mark_on_disk, read_table, write_csv
 
 
 def main(snakemake):
@@ -16,7 +17,7 @@ def main(snakemake):
     table = METRICS[params.metric].tables[name]
     files = list(snakemake.input.files)
     needed = {need: read_table(snakemake.input[need]) for need in table.needs}
-    frame = table.build(files, needed, params.models, **params.options)
+    frame = mark_on_disk(table.build(files, needed, params.models, **params.options), params.gone)
     write_csv(frame, snakemake.output[0], params.config_sha256, files if table.row_provenance else ())
 
 
