@@ -28,21 +28,30 @@ from lmsat.weight_diagnostics import (
 
 
 def ww_fit_loop(evals, threshold=1e-5):
-    """WeightWatcher's WWFit.fit_power_law, one candidate xmin at a time (its published
-    algorithm: MLE alpha of the values >= xmin, KS distance against i / n, least D wins)."""
+    """WeightWatcher 0.7.7's WWFit, one candidate xmin at a time (its published algorithm:
+    MLE alpha of the values >= xmin, KS distance against i / n, least D wins; below 20
+    values only tails of >= 8, bias-corrected, the whole ESD when none qualifies)."""
     data = np.sort(np.asarray(evals, dtype=np.float64))
     data = data[data > threshold]
-    best = None
+    small = data.size < 20
+    fits = []
     for i, xmin in enumerate(data[:-1]):
         tail = data[i:]
         n = tail.size
-        alpha = 1 + n / np.sum(np.log(tail / xmin))
+        spread = np.sum(np.log(tail / xmin))
+        if small and (n < 8 or spread <= 1e-12):
+            continue
+        alpha = 1 + (n - 1 if small else n) / spread
         distance = 1.0
         if alpha > 1:
             distance = max(abs(1 - (x / xmin) ** (1 - alpha) - j / n) for j, x in enumerate(tail))
-        if best is None or distance < best[1]:
-            best = (alpha, distance, xmin, n, (alpha - 1) / math.sqrt(n))
-    return best
+        fits.append((distance, i, alpha, xmin, n))
+    if not fits:  # small: the whole ESD
+        n = data.size
+        alpha = 1 + (n - 1) / np.sum(np.log(data / data[0]))
+        fits = [(max(abs(1 - (x / data[0]) ** (1 - alpha) - j / n) for j, x in enumerate(data)), 0, alpha, data[0], n)]
+    distance, _, alpha, xmin, n = min(fits)  # least D, then the first
+    return alpha, distance, xmin, n, (alpha - 1) / math.sqrt(n)
 
 
 def pareto(alpha, size, rng, xmin=1.0):
@@ -58,10 +67,10 @@ def with_spectrum(singular_values, rows, rng):
     return torch.tensor(u @ np.diag(singular_values) @ v.T)
 
 
-@pytest.mark.parametrize("seed", range(4))
-def test_power_law_fit_is_weightwatchers_candidate_by_candidate(seed):
+@pytest.mark.parametrize("seed, size", [(0, 80), (1, 80), (2, 12), (3, 19), (4, 6)])  # < 20: WW's small-ESD fit
+def test_power_law_fit_is_weightwatchers_candidate_by_candidate(seed, size):
     rng = np.random.default_rng(seed)
-    evals = np.concatenate([rng.exponential(size=60) * 1e-3, pareto(2.5 + seed, 80, rng), [0.0, 1e-7]])
+    evals = np.concatenate([rng.exponential(size=size // 2) * 1e-3, pareto(2.5 + seed, size - size // 2, rng), [0.0, 1e-7]])
     fit = fit_power_law(evals, block=7)  # several blocks of candidates
     alpha, distance, xmin, n, sigma = ww_fit_loop(evals)
     assert (fit.alpha, fit.D, fit.xmin, fit.n_tail, fit.sigma) == pytest.approx((alpha, distance, xmin, n, sigma), rel=1e-10)

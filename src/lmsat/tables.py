@@ -818,12 +818,13 @@ def similarity_from_records(files, needed: dict, model_order: list[str] | None) 
     where there is one) x hidden state (layer 0 = embeddings, n_layers = the last layer, post
     final norm): linear CKA, debiased CKA, SVCCA and PWCCA (lmsat.similarity) over the same
     n_tokens sampled tokens."""
-    records = metric_records(files, ("final_revision", "n_layers", "n_tokens"))
+    records = metric_records(files, ("n_layers", "n_tokens", "final_step", "previous_step"))
     if not records:
         raise ValueError("no representation similarity records to tabulate")
     rows = []
     for path, record in zip(files, records):
         where = f"{record['model']}@{record['revision']}"
+        require_keys(path, where, record, ("final_revision", "previous_revision"))
         for reference in ("final", "previous"):
             if not record[f"{reference}_revision"]:
                 continue  # the first checkpoint has no previous one

@@ -9,7 +9,7 @@ lambda_1 <= ... <= lambda_m of W^T W (or W W^T, the smaller; float64 Gram on W's
 lmsat.spectra.gram_matrix) are its empirical spectral density (ESD), WeightWatcher's
 `evals` (its default: W as stored, not normalised by N; singular values s_i = sqrt(lambda_i)).
 
-WeightWatcher (CalculatedContent/WeightWatcher 0.7.5, `analyze()` defaults):
+WeightWatcher (PyPI `weightwatcher` 0.7.7, `analyze()` defaults):
 - alpha: the power-law exponent of the ESD's tail, p(lambda) ~ lambda^-alpha for lambda >=
   xmin, fitted as its `WWFit` does (the `powerlaw` package's method, Clauset, Shalizi and
   Newman 2009): eigenvalues above 1e-5 (its EVALS_THRESH, absolute) sorted; for every
@@ -18,11 +18,14 @@ WeightWatcher (CalculatedContent/WeightWatcher 0.7.5, `analyze()` defaults):
   Kolmogorov-Smirnov distance D = max_j |F(lambda_j) - j / n_tail| between its CDF
   F(x) = 1 - (x / xmin)^(1 - alpha) and the empirical one (at each point's left: WW's
   form; a candidate with alpha <= 1 gets D = 1); the candidate of least D is kept (the
-  first of equals). alpha_sigma = (alpha - 1) / sqrt(n_tail) is its standard error,
-  alpha_D the fit quality (smaller is better), alpha_xmin and alpha_n the fit range: the
-  tail is lambda >= alpha_xmin, up to the largest eigenvalue (no xmax). WW's heuristics
-  read alpha in [2, 6] as well trained, below 2 as over-fitted; with few eigenvalues (a
-  toy's 16) the fit says little, and alpha_n shows how little.
+  first of equals). Below 20 eigenvalues (a toy's d = 16) WW 0.7.7 fits otherwise: only
+  tails of at least 8 values, with the bias-corrected 1 + (n_tail - 1) / sum(...) (the whole
+  ESD when no tail qualifies); still the least D wins. alpha_sigma = (alpha - 1) /
+  sqrt(n_tail) is its standard error, alpha_D the fit quality (smaller is better),
+  alpha_xmin and alpha_n the fit range: the tail is lambda >= alpha_xmin, up to the largest
+  eigenvalue (no xmax). WW's heuristics read alpha in [2, 6] as well trained, below 2 as
+  over-fitted; with few eigenvalues (a toy's 16 to 128) the fit says little, and alpha_n
+  shows how little.
 - alpha_weighted = alpha log10(lambda_max); stable_rank = sum(lambda) / lambda_max
   (= ||W||_F^2 / ||W||_2^2).
 - mp_softrank = lambda_plus / lambda_max, as its `mp_fit` (analyze(mp_fit=True)): the ESD is
@@ -70,6 +73,7 @@ log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
 WW_EVALS_THRESHOLD = 1e-5  # WeightWatcher's EVALS_THRESH: eigenvalues at or below it are left out of the alpha fit
+SMALL_N, SMALL_N_MIN_TAIL = 20, 8  # WeightWatcher 0.7.7's small-ESD fit: below 20 eigenvalues, tails of >= 8
 KDE_BANDWIDTH, KDE_POINTS, KDE_FLOOR = 0.1, 1000, 0.01  # WeightWatcher's mp_fit density estimate
 ALPHA_COLUMNS = ("alpha", "alpha_sigma", "alpha_D", "alpha_xmin", "alpha_n", "alpha_weighted", "stable_rank",
                  "mp_softrank", "mp_sigma", "lambda_max")
@@ -108,25 +112,30 @@ def fit_power_law(evals, threshold: float = WW_EVALS_THRESHOLD, block: int = 512
         return f"alpha not fitted: {size} eigenvalue(s) above {threshold:g}"
     logs = np.log(x)
     tail_sums = np.cumsum(logs[::-1])[::-1]  # sum_{j >= i} log x_j
-    i = np.arange(size - 1)
-    n = (size - i).astype(np.float64)  # (N-1,) tail sizes
-    with np.errstate(divide="ignore", invalid="ignore"):
-        alphas = 1 + n / (tail_sums[:-1] - n * logs[:-1])  # (N-1,)
-    alphas = np.where(np.isfinite(alphas), alphas, np.inf)  # equal values: no finite exponent
+    n = (size - np.arange(size - 1)).astype(np.float64)  # (N-1,) tail size of each candidate
+    spread = tail_sums[:-1] - n * logs[:-1]  # sum_{j >= i} log(x_j / x_i)
+    if size < SMALL_N:  # WW 0.7.7: bias-corrected, tails of >= SMALL_N_MIN_TAIL values only
+        usable = (n >= SMALL_N_MIN_TAIL) & (spread > 1e-12)
+        if not usable.any():  # its fallback: the whole ESD as the tail
+            usable = np.zeros_like(usable)
+            usable[0] = spread[0] > 1e-12
+        with np.errstate(divide="ignore", invalid="ignore"):
+            alphas = np.where(usable, 1 + (n - 1) / spread, np.nan)
+    else:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            alphas = np.where(spread > 0, 1 + n / spread, np.nan)  # equal values: no exponent
     distances = np.ones(size - 1)
     ranks = np.arange(size)
     for lo in range(0, size - 1, block):
         rows = np.arange(lo, min(lo + block, size - 1))  # candidate indices
-        fit = np.isfinite(alphas[rows]) & (alphas[rows] > 1)
-        if not fit.any():
+        rows = rows[np.isfinite(alphas[rows]) & (alphas[rows] > 1)]
+        if not rows.size:
             continue
-        rows = rows[fit]
         offset = ranks[None, :] - rows[:, None]  # (c, N): j - i
         inside = offset >= 0
         ratio = np.where(inside, logs[None, :] - logs[rows, None], 0.0)
         model = 1 - np.exp((1 - alphas[rows, None]) * ratio)  # the fitted CDF at each x_j
-        empirical = offset / n[rows, None]
-        gap = np.where(inside, np.abs(model - empirical), 0.0)
+        gap = np.where(inside, np.abs(model - offset / n[rows, None]), 0.0)  # against j / n: WW's empirical CDF
         distances[rows] = gap.max(axis=1)
     if not (distances < 1).any():
         return "alpha not fitted: no candidate xmin gives alpha > 1"
@@ -150,16 +159,19 @@ def linear_kde(points: np.ndarray, grid: np.ndarray, bandwidth: float = KDE_BAND
 def _mp_residual(sigma, grid: np.ndarray, density: np.ndarray, q: float) -> np.ndarray:
     """Sum of squared differences between the MP (or, Q = 1, quarter-circle) density of
     each sigma and the estimate, on the grid's points of non-negligible density, as
-    WeightWatcher's resid_mp (1000 per point when the MP bulk misses the estimate's peak).
+    WeightWatcher's resid_mp (1000 per point when the MP bulk misses the estimate's peak;
+    the density is 0 off its support, where WW's nan_to_num turns its NaN into 0).
     sigma: (s,) -> (s,)"""
     sigma = np.atleast_1d(np.asarray(sigma, dtype=np.float64))[:, None]  # (s, 1)
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        if q == 1:
-            model = np.nan_to_num((1 / (np.pi * sigma**2)) * np.sqrt(4 - grid**2))  # (s, g); WW's form
-            return np.square(model - density).sum(axis=1)
-        b = (sigma * (1 + np.sqrt(1 / q))) ** 2  # (s, 1) bulk edges
-        a = (sigma * (1 - np.sqrt(1 / q))) ** 2
-        model = np.nan_to_num((1 / (2 * np.pi * sigma**2 * grid * (1 / q))) * np.sqrt((b - grid) * (grid - a)))
+    if q == 1:
+        inside = np.clip(4 - grid**2, 0, None)  # WW's form: sigma scales the height only
+        model = np.sqrt(inside)[None, :] / (np.pi * sigma**2)  # (s, g)
+        return np.square(model - density).sum(axis=1)
+    b = (sigma * (1 + np.sqrt(1 / q))) ** 2  # (s, 1) bulk edges
+    a = (sigma * (1 - np.sqrt(1 / q))) ** 2
+    support = (b - grid) * (grid - a)  # (s, g), > 0 inside the bulk
+    with np.errstate(divide="ignore", invalid="ignore"):
+        model = np.where(support > 0, np.sqrt(np.clip(support, 0, None)) / (2 * np.pi * sigma**2 * grid / q), 0.0)
     peak, top = grid[np.argmax(density)], grid.max()
     missed = ((b < peak) | (b > top) | (a > peak))[:, 0]
     sse = np.square(model - density).sum(axis=1)

@@ -28,12 +28,14 @@ def plot_representation_similarity(similarity: pd.DataFrame, paths):
     relative depth (0 = embeddings, 1 = the last layer)."""
     rows_all = similarity[similarity["tokens"] > 0]
     models = in_table_order(rows_all)
+    from matplotlib.colors import ListedColormap
+
     fig, axes = panel_grid(len(models), sharey=True)
-    cmap = plt.get_cmap("viridis")
+    cmap = ListedColormap(plt.get_cmap("viridis")(np.linspace(0, 0.9, 256)))  # no pale yellow on white
     for ax, model in zip(axes, models):
         rows = rows_all[rows_all["model"] == model]
         for (layer, depth), per_layer in rows.groupby(["layer", "relative_depth"], sort=True):
-            colour = cmap(0.9 * float(depth))
+            colour = cmap(float(depth))
             for reference, style in (("final", "-"), ("previous", ":")):
                 curve = per_layer[per_layer["reference"] == reference].sort_values("tokens")
                 ax.plot(curve["tokens"], curve["cka"], style, color=colour, lw=1.2, marker="o" if style == "-" else None,
@@ -43,7 +45,7 @@ def plot_representation_similarity(similarity: pd.DataFrame, paths):
         ax.grid(alpha=0.3)
         ax.set_title(model, fontsize=9, loc="left")
     label_grid(axes, "training tokens", "linear CKA")
-    bar = fig.colorbar(plt.cm.ScalarMappable(cmap=cmap, norm=plt.Normalize(0, 1 / 0.9)), ax=list(axes), shrink=0.6)
+    bar = fig.colorbar(plt.cm.ScalarMappable(cmap=cmap, norm=plt.Normalize(0, 1)), ax=list(axes), shrink=0.6)
     bar.set_label("relative depth (0 = embeddings)")
     bar.set_ticks([0, 0.5, 1])
     note(fig, "solid: with the final checkpoint; dotted: with the previous checkpoint (same tokens, tables/"
@@ -71,7 +73,7 @@ def _panels(table: pd.DataFrame, panels, paths, footnote: str):
     for ax, (column, label, scale) in zip(axes, panels):
         _along_training(ax, table, column, models, palette)
         if scale == "log":
-            ax.set_yscale("log")
+            log_axis(ax, "y")
         ax.set_ylabel(label)
     label_grid(axes, "training tokens", panels[0][1])
     for ax, (_, label, _) in zip(axes, panels):
