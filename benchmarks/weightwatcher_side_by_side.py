@@ -206,7 +206,8 @@ def main(argv=None) -> None:
             print(f"  outside the tolerance: {len(outside)} of {len(mats) * len(COMPARED)} values")
             print("\n".join(outside[:40]))
             summary.append((label, len(mats), seconds, meta["seconds"], meta["seconds_plain"], len(outside)))
-    print("\n| model | matrices | lmsat (s) | WeightWatcher mp_fit=True (s) | ratio | WeightWatcher plain (s) | ratio | values outside tolerance |")
+    print("\n| model | matrices | lmsat (s) | WeightWatcher mp_fit=True (s) | ratio | WeightWatcher plain (s) | ratio "
+          "| values outside tolerance |")
     print("|---|---|---|---|---|---|---|---|")
     for label, n, s, ww, plain, bad in summary:
         print(f"| {label} | {n} | {s:.2f} | {ww:.2f} | {ww / s:.1f}x | {plain:.2f} | {plain / s:.1f}x | {bad} |")

@@ -196,7 +196,8 @@ def test_every_linear_layer_and_the_head(tiny_neox):
     with torch.no_grad():
         tiny_neox.gpt_neox.layers[1].mlp.dense_4h_to_h.weight[2, 3] = float("inf")
     try:
-        with pytest.raises(WeightDiagnosticsError, match=r"tiny@step0: layer 1 mlp.dense_4h_to_h \(16, 32\) has NaN/Inf .first at row 2, column 3"):
+        where = r"tiny@step0: layer 1 mlp.dense_4h_to_h \(16, 32\) has NaN/Inf .first at row 2, column 3"
+        with pytest.raises(WeightDiagnosticsError, match=where):
             model_diagnostics(tiny_neox, "tiny@step0")
     finally:
         with torch.no_grad():

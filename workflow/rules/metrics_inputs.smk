@@ -45,7 +45,8 @@ def get_table_options(wildcards):
 
 def comparison_revisions(model, revision):
     """{"final": the model's final revision, "previous": the revision before `revision` in
-    training order, None for the first}: the checkpoints a cache_pairs metric compares with."""
+    training order, None for the first}: the checkpoints a cache_pairs metric compares with.
+    """
     entry = MODELS[model]
     ordered = sorted(entry.revisions, key=entry.step)
     at = ordered.index(revision)
