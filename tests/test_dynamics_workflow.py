@@ -192,3 +192,30 @@ def test_the_callback_watches_the_weight_diagnostics_when_asked(run, tmp_path):
     np.testing.assert_allclose(table["alpha"], stored["alpha"], rtol=1e-12)
     with pytest.raises(MonitorError, match="not watched.*weight_diagnostics"):
         monitor(model, root / "sample.h5", metrics=("representation_similarity",))
+
+
+def test_the_summary_gives_the_head_and_last_layer_at_the_best_and_final_checkpoints(run):
+    import pandas as pd
+
+    from lmsat.report import COMPARISON_COLUMNS, dynamics_rows, summary_page
+
+    out, _, _, records = run
+    files = sorted(str(p) for p in (out / "weight_diagnostics" / "tiny").glob("*.h5"))
+    alpha = METRICS["weight_diagnostics"].tables["weight_alpha"].build(files, {}, ["tiny"])
+    similarity = METRICS["representation_similarity"].tables["representation_similarity"].build(
+        [str(p) for p in records], {}, ["tiny"])
+    loss = pd.DataFrame(dict(model="tiny", revision=list(REVISIONS), step=list(STEPS), loss=[3.0, 2.0, 2.5],
+                             is_best=[False, True, False], is_final=[False, False, True]))
+    rows = dynamics_rows(loss, alpha, similarity)
+    (row,) = rows.to_dict("records")
+    head = alpha[alpha["matrix"] == "head"].set_index("revision")
+    assert (row["best_step"], row["final_step"]) == (5, 9)
+    assert row["head_alpha_final"] == f"{head.loc['step9', 'alpha']:.3g} ± {head.loc['step9', 'alpha_sigma']:.2g}"
+    assert row["head_stable_rank_best"] == head.loc["step5", "stable_rank"]
+    assert row["head_mp_softrank_final"] == head.loc["step9", "mp_softrank"]
+    last = similarity[(similarity["revision"] == "step5") & (similarity["reference"] == "final") & (similarity["layer"] == 2)]
+    assert row["last_layer_cka_best_final"] == last["cka"].iloc[0] < 1
+    nothing = pd.DataFrame(columns=COMPARISON_COLUMNS)
+    page = summary_page("t", [], pd.DataFrame([{"model": "tiny"}]), nothing, "paper", dynamics=rows)
+    assert "diagnostics at the best and final checkpoints" in page and "last_<wbr>layer_<wbr>cka_<wbr>best_<wbr>final" in page
+    assert "diagnostics at the best" not in summary_page("t", [], pd.DataFrame([{"model": "tiny"}]), nothing, "paper")
