@@ -188,7 +188,7 @@ def similarity_tables(workdir: Path, hub: Path, model: str) -> dict:
         for reference, other in (("final", names[-1]), ("previous", names[i - 1] if i else None)):
             if other is None:
                 continue
-            for measure, values in layer_similarities(layers[revision], layers[other]).items():
+            for measure, values in layer_similarities(layers[revision], {reference: layers[other]})[reference].items():
                 for layer, value in enumerate(values):
                     out["representation_similarity", measure, revision, str(layer), reference, ""] = value
     return out

@@ -219,3 +219,15 @@ def test_the_summary_gives_the_head_and_last_layer_at_the_best_and_final_checkpo
     page = summary_page("t", [], pd.DataFrame([{"model": "tiny"}]), nothing, "paper", dynamics=rows)
     assert "diagnostics at the best and final checkpoints" in page and "last_<wbr>layer_<wbr>cka_<wbr>best_<wbr>final" in page
     assert "diagnostics at the best" not in summary_page("t", [], pd.DataFrame([{"model": "tiny"}]), nothing, "paper")
+
+
+def test_a_layer_sample_too_small_to_compare_is_refused_at_planning(default_config):
+    from conftest import plan_refused
+
+    config = dict(default_config, extraction=dict(default_config["extraction"], layer_sample=3))
+    plan_refused(config, "extraction.layer_sample", "representation_similarity", "at least 4")
+    from lmsat.config import load_plan
+
+    from conftest import SCHEMA
+
+    load_plan(dict(config, metrics=["loss", "spectra"]), SCHEMA)  # not planned: no objection

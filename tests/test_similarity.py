@@ -123,7 +123,9 @@ def test_nan_no_variance_and_other_tokens_are_named_errors():
     frozen = layers.copy()
     frozen[1] = 1.0  # the second hidden state constant
     with pytest.raises(SimilarityError, match="hidden state 1: .*no variance"):
-        layer_similarities(layers, frozen)
+        layer_similarities(layers, {"final": frozen})
+    with pytest.raises(SimilarityError, match="not the same hidden states"):
+        layer_similarities(layers, {"final": layers[:, :40]})
 
 
 def test_layer_similarities_per_hidden_state():
@@ -132,7 +134,9 @@ def test_layer_similarities_per_hidden_state():
     b = a.copy()
     b[1] = a[1] @ rotation(8, rng)  # state 1 rotated: CKA 1
     b[2] = rng.normal(size=(200, 8))  # state 2 unrelated
-    out = layer_similarities(a, b)
+    both = layer_similarities(a, {"final": b, "previous": a})
+    out = both["final"]
     assert out["cka"][0] == pytest.approx(1) and out["cka"][1] == pytest.approx(1)
     assert out["cka"][2] < 0.15 and abs(out["cka_debiased"][2]) < 0.05
     assert all(len(v) == 3 for v in out.values())
+    assert both["previous"]["cka"] == pytest.approx([1, 1, 1])

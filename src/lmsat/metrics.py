@@ -345,7 +345,7 @@ def weight_diagnostics(lm, job: WeightsJob) -> dict:
 
 
 def _reference_layers(cache, reference, kind: str):
-    """The `layers` of a reference cache, checked to hold the same tokens as `cache`'s."""
+    """The `layers` dataset of a reference cache, checked to hold the same tokens as `cache`'s."""
     from lmsat.cache import CacheError
 
     revision, _, other = reference
@@ -357,7 +357,7 @@ def _reference_layers(cache, reference, kind: str):
             f"(shapes {cache['layers'].shape}, {other['layers'].shape}, or another layer_index): they were made with other "
             "extraction settings. Fix: delete the older of the two and rerun"
         )
-    return other["layers"][...]
+    return other["layers"]
 
 
 @register(
@@ -375,17 +375,19 @@ def representation_similarity(cache, references: dict) -> dict:
     from lmsat.cache import CacheError
     from lmsat.similarity import SimilarityError, layer_similarities
 
-    layers = cache["layers"][...]  # (n_states, k, w)
+    layers = cache["layers"]  # (n_states, k, w), read a hidden state at a time
     values = {"n_layers": int(layers.shape[0] - 1), "n_tokens": int(layers.shape[1])}
+    compared = {}
     for kind in ("final", "previous"):
         reference = references.get(kind)
         values[f"{kind}_revision"] = "" if reference is None else reference[0]
         values[f"{kind}_step"] = -1 if reference is None else int(reference[1])
-        if reference is None:
-            continue
-        try:
-            measured = layer_similarities(layers, _reference_layers(cache, reference, kind))
-        except SimilarityError as error:
-            raise CacheError(f"{cache.filename} against {reference[2].filename}: {error}") from None
-        values.update({f"{name}_{kind}": series for name, series in measured.items()})
+        if reference is not None:
+            compared[kind] = _reference_layers(cache, reference, kind)
+    try:
+        measured = layer_similarities(layers, compared)
+    except SimilarityError as error:
+        raise CacheError(f"{cache.filename} against its {' and '.join(compared)} checkpoint(s): {error}") from None
+    for kind, series in measured.items():
+        values.update({f"{name}_{kind}": values_ for name, values_ in series.items()})
     return values

@@ -128,23 +128,26 @@ def canonical_similarity(x, y, keep: float = SVCCA_KEEP) -> CanonicalSimilarity:
     )
 
 
-def layer_similarities(layers_a: np.ndarray, layers_b: np.ndarray) -> dict[str, list[float]]:
-    """Per hidden state i (0 = embeddings), every similarity of layers_a[i] and layers_b[i]:
-    the `layers` datasets of two caches (n_states, k, w), the same k tokens.
-    -> {"cka", "cka_debiased", "svcca", "pwcca": (n_states,) lists}"""
-    if layers_a.shape[:2] != layers_b.shape[:2]:
-        raise SimilarityError(
-            f"layers of shape {layers_a.shape} and {layers_b.shape}: not the same hidden states of the same tokens"
-        )
-    out = {"cka": [], "cka_debiased": [], "svcca": [], "pwcca": []}
-    for i in range(layers_a.shape[0]):
-        x, y = np.asarray(layers_a[i], dtype=np.float64), np.asarray(layers_b[i], dtype=np.float64)  # (k, w)
-        try:
-            canonical = canonical_similarity(x, y)
-            out["cka"].append(linear_cka(x, y))
-            out["cka_debiased"].append(linear_cka(x, y, debiased=True))
-        except SimilarityError as error:
-            raise SimilarityError(f"hidden state {i}: {error}") from None
-        out["svcca"].append(canonical.svcca)
-        out["pwcca"].append(canonical.pwcca)
+def layer_similarities(layers, references: dict) -> dict[str, dict[str, list[float]]]:
+    """Per hidden state i (0 = embeddings), every similarity of layers[i] with each
+    reference's [i]: the `layers` datasets of caches (n_states, k, w), the same k tokens,
+    read one hidden state at a time (h5py datasets or arrays).
+    -> {reference: {"cka", "cka_debiased", "svcca", "pwcca": (n_states,) lists}}"""
+    for name, other in references.items():
+        if tuple(other.shape[:2]) != tuple(layers.shape[:2]):
+            raise SimilarityError(f"layers of shape {layers.shape} and {name}'s {other.shape}: not the same hidden "
+                                  "states of the same tokens")
+    out = {name: {"cka": [], "cka_debiased": [], "svcca": [], "pwcca": []} for name in references}
+    for i in range(layers.shape[0]):
+        x = np.asarray(layers[i], dtype=np.float64)  # (k, w), read once for every reference
+        for name, other in references.items():
+            y = np.asarray(other[i], dtype=np.float64)
+            try:
+                canonical = canonical_similarity(x, y)
+                out[name]["cka"].append(linear_cka(x, y))
+                out[name]["cka_debiased"].append(linear_cka(x, y, debiased=True))
+            except SimilarityError as error:
+                raise SimilarityError(f"hidden state {i}: {error}") from None
+            out[name]["svcca"].append(canonical.svcca)
+            out[name]["pwcca"].append(canonical.pwcca)
     return out
