@@ -14,7 +14,9 @@ Models (the same weights for both):
     when --run-dir holds one (results/default/toy/hub), else randomly initialised;
   * pythia-160m-shaped: GPT-NeoX with Pythia-160m's shapes (d = 768, 12 layers, 3072-wide MLP,
     a 50,304 x 768 head, 50,277 rows kept as lmsat keeps them), randomly initialised
-    (transformers' init, normal(0, 0.02)).
+    (transformers' init, normal(0, 0.02)), in float16 as Pythia's checkpoints are stored and
+    as the checkpoint job loads them (WeightWatcher gets the same values as float32; it
+    computes in float64 either way).
 
 Each model's matrices (every nn.Linear of every block, then the head) are written once to an
 .npz. lmsat (this interpreter) runs lmsat.weight_diagnostics.matrix_diagnostics on each; the
@@ -25,7 +27,8 @@ WWFit, xmin by least KS distance, no xmax, W not normalised) plus the MP fit tha
 mp_softrank; max_N is raised above the head's rows, as WeightWatcher's default (50,000)
 would skip Pythia's head. Its plain `analyze()` (no MP fit) is timed too. Both get the same
 thread count (torch and the BLAS libraries' environment variables) and are timed around
-the analysis only (imports and loading excluded).
+the analysis only (imports and loading excluded), in CPU seconds of each process (robust to
+other processes on a shared machine) and wall seconds.
 
 Agreement: per column, the largest relative difference over the layers, against a stated
 tolerance; every layer outside it is listed with both values.
@@ -85,15 +88,15 @@ for i in range(len(names)):
     modules.append(linear)
 max_n = max([50000] + [max(arrays[f"m{i}"].shape) + 1 for i in range(len(names))])  # its default, or above the head
 watcher = weightwatcher.WeightWatcher(model=modules)
-start = time.perf_counter()
+start, cpu = time.perf_counter(), time.process_time()
 plain = watcher.analyze(max_N=max_n)
-seconds_plain = time.perf_counter() - start
-start = time.perf_counter()
+seconds_plain, cpu_plain = time.perf_counter() - start, time.process_time() - cpu
+start, cpu = time.perf_counter(), time.process_time()
 details = watcher.analyze(mp_fit=True, max_N=max_n)
-seconds = time.perf_counter() - start
+seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
 details.to_csv(sys.argv[2], index=False)
-json.dump({"seconds": seconds, "seconds_plain": seconds_plain, "version": weightwatcher.__version__,
-           "rows": len(details)}, open(sys.argv[3], "w"))
+json.dump({"seconds": seconds, "seconds_plain": seconds_plain, "cpu": cpu, "cpu_plain": cpu_plain,
+           "version": weightwatcher.__version__, "rows": len(details)}, open(sys.argv[3], "w"))
 """
 
 
@@ -114,6 +117,7 @@ def toy_checkpoint(run_dir: Path | None):
 
 
 def pythia_160m_shaped():
+    """Pythia-160m's shapes in float16, the dtype its checkpoints are stored (and the checkpoint job loads) in."""
     import torch
     from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
@@ -121,33 +125,36 @@ def pythia_160m_shaped():
     config = GPTNeoXConfig(vocab_size=50304, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
                            intermediate_size=3072, max_position_embeddings=2048, rotary_pct=0.25,
                            tie_word_embeddings=False)
-    return GPTNeoXForCausalLM(config), "pythia-160m-shaped, randomly initialised"
+    return GPTNeoXForCausalLM(config).half(), "pythia-160m-shaped, randomly initialised, float16"
 
 
-def matrices(model, head_rows: int | None) -> list[tuple[str, np.ndarray]]:
+def matrices(model, head_rows: int | None) -> list[tuple[str, object]]:
+    """(name, weight as stored: a torch tensor in the model's dtype) of every matrix lmsat analyses."""
     from lmsat.weight_diagnostics import linear_weights
 
-    return [(f"{layer}.{name}", w.float().numpy().copy()) for name, layer, w in linear_weights(model, head_rows)]
+    return [(f"{layer}.{name}", w.clone()) for name, layer, w in linear_weights(model, head_rows)]
 
 
-def ours(mats, threads: int) -> tuple[list[dict], float]:
+def ours(mats, threads: int) -> tuple[list[dict], float, float]:
+    """lmsat's diagnostics of every matrix as the checkpoint job computes them, on the stored
+    dtype: (rows, wall seconds, CPU seconds)."""
     import torch
 
     from lmsat.weight_diagnostics import matrix_diagnostics
 
     torch.set_num_threads(threads)
-    tensors = [torch.from_numpy(w) for _, w in mats]
-    matrix_diagnostics(tensors[0][:64, :32])  # imports (scipy.optimize) outside the timing
-    start = time.perf_counter()
-    rows = [matrix_diagnostics(w, name) for (name, _), w in zip(mats, tensors)]
-    return rows, time.perf_counter() - start
+    matrix_diagnostics(mats[0][1][:64, :32])  # imports (scipy.optimize) outside the timing
+    start, cpu = time.perf_counter(), time.process_time()
+    rows = [matrix_diagnostics(w, name) for name, w in mats]
+    return rows, time.perf_counter() - start, time.process_time() - cpu
 
 
 def weightwatcher(mats, ww_python: str, threads: int, scratch: Path) -> tuple[list[dict], dict]:
     import csv
 
     npz, out, meta = scratch / "mats.npz", scratch / "ww.csv", scratch / "ww.json"
-    np.savez(npz, names=json.dumps([n for n, _ in mats]), **{f"m{i}": w for i, (_, w) in enumerate(mats)})
+    arrays = {f"m{i}": w.float().numpy() for i, (_, w) in enumerate(mats)}  # the stored values, as float32
+    np.savez(npz, names=json.dumps([n for n, _ in mats]), **arrays)
     env = {**os.environ, "BENCH_THREADS": str(threads), **{v: str(threads) for v in THREAD_VARIABLES}}
     subprocess.run([ww_python, "-c", WW_SCRIPT, str(npz), str(out), str(meta)], check=True, env=env,
                    stdout=subprocess.DEVNULL)  # WW prints "SMALL N PL FIT" per small layer
@@ -186,6 +193,7 @@ def main(argv=None) -> None:
     parser.add_argument("--threads", type=int, default=1, help="threads for both (default 1)")
     parser.add_argument("--run-dir", type=Path, help="a directory holding a default run's results/ (its trained toy-d128)")
     parser.add_argument("--quick", action="store_true", help="the toy only")
+    parser.add_argument("--repeats", type=int, default=1, help="alternated runs of both per model; medians (default 1)")
     args = parser.parse_args(argv)
     models = [toy_checkpoint(args.run_dir)] + ([] if args.quick else [pythia_160m_shaped()])
     summary = []
@@ -193,24 +201,34 @@ def main(argv=None) -> None:
         for (model, label), head_rows in zip(models, (None, 50277)):
             mats = matrices(model, head_rows)
             del model
-            theirs, meta = weightwatcher(mats, args.ww_python, args.threads, Path(scratch))
-            mine, seconds = ours(mats, args.threads)
+            runs = []
+            for _ in range(args.repeats):  # alternated, so a change of the machine's load hits both
+                theirs, meta = weightwatcher(mats, args.ww_python, args.threads, Path(scratch))
+                mine, seconds, cpu = ours(mats, args.threads)
+                runs.append((meta, seconds, cpu))
+            meta = {k: float(np.median([m[k] for m, _, _ in runs])) if k not in ("version", "rows") else runs[0][0][k]
+                    for k in runs[0][0]}
+            seconds, cpu = float(np.median([r[1] for r in runs])), float(np.median([r[2] for r in runs]))
             lines, outside = compare(mats, mine, theirs)
             print(f"\n{label}: {len(mats)} matrices (every block's nn.Linear and the head, {mats[-1][1].shape[0]} x "
-                  f"{mats[-1][1].shape[1]}), {args.threads} thread(s)")
-            print(f"  time: lmsat {seconds:.2f} s; WeightWatcher {meta['version']} analyze(mp_fit=True) "
-                  f"{meta['seconds']:.2f} s ({meta['seconds'] / seconds:.1f}x lmsat's), plain analyze() "
-                  f"{meta['seconds_plain']:.2f} s ({meta['seconds_plain'] / seconds:.1f}x)")
+                  f"{mats[-1][1].shape[1]}), {args.threads} thread(s), median of {args.repeats} alternated run(s)")
+            print(f"  CPU seconds: lmsat {cpu:.2f}; WeightWatcher {meta['version']} analyze(mp_fit=True) {meta['cpu']:.2f} "
+                  f"({meta['cpu'] / cpu:.1f}x lmsat's), plain analyze() {meta['cpu_plain']:.2f} ({meta['cpu_plain'] / cpu:.1f}x)")
+            print(f"  wall seconds: lmsat {seconds:.2f}; WeightWatcher analyze(mp_fit=True) {meta['seconds']:.2f} "
+                  f"({meta['seconds'] / seconds:.1f}x), plain analyze() {meta['seconds_plain']:.2f} "
+                  f"({meta['seconds_plain'] / seconds:.1f}x)")
             print("  agreement, per column (lmsat computes every column of both tables in its time):")
             print("\n".join(lines))
             print(f"  outside the tolerance: {len(outside)} of {len(mats) * len(COMPARED)} values")
             print("\n".join(outside[:40]))
-            summary.append((label, len(mats), seconds, meta["seconds"], meta["seconds_plain"], len(outside)))
-    print("\n| model | matrices | lmsat (s) | WeightWatcher mp_fit=True (s) | ratio | WeightWatcher plain (s) | ratio "
-          "| values outside tolerance |")
-    print("|---|---|---|---|---|---|---|---|")
-    for label, n, s, ww, plain, bad in summary:
-        print(f"| {label} | {n} | {s:.2f} | {ww:.2f} | {ww / s:.1f}x | {plain:.2f} | {plain / s:.1f}x | {bad} |")
+            summary.append((label, len(mats), cpu, meta["cpu"], meta["cpu_plain"], seconds, meta["seconds"],
+                            meta["seconds_plain"], len(outside)))
+    print("\n| model | matrices | lmsat CPU s | WeightWatcher mp_fit=True CPU s | ratio | WeightWatcher plain CPU s | ratio "
+          "| wall ratios (mp_fit, plain) | values outside tolerance |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for label, n, c, ww, plain, s, ww_s, plain_s, bad in summary:
+        print(f"| {label} | {n} | {c:.2f} | {ww:.2f} | {ww / c:.1f}x | {plain:.2f} | {plain / c:.1f}x "
+              f"| {ww_s / s:.1f}x, {plain_s / s:.1f}x | {bad} |")
 
 
 if __name__ == "__main__":

@@ -139,8 +139,12 @@ def test_gini_equals_the_mean_absolute_difference_form():
     a = np.abs(x.astype(np.float64)).ravel()
     pairwise = np.abs(a[:, None] - a[None, :]).sum() / (2 * a.size * a.sum())  # Gini's mean difference / (2 mean)
     assert entry_statistics(torch.tensor(x))["gini"] == pytest.approx(pairwise, rel=1e-12)
-    assert entry_statistics(torch.tensor(x).half())["gini"] == pytest.approx(
-        entry_statistics(torch.tensor(x).half().float())["gini"], rel=1e-15)  # sorted in its own dtype: exact
+    for half in (torch.float16, torch.bfloat16):  # counted, not sorted: exactly the sorted float32 copy's
+        stored = torch.tensor(x).to(half)
+        stored[0, 0] = 0.0  # a zero and ties
+        counted, sorted_ = entry_statistics(stored), entry_statistics(stored.float())
+        for key in ("gini", "hoyer", "max_abs"):
+            assert counted[key] == pytest.approx(sorted_[key], rel=1e-13), (half, key)
 
 
 @pytest.mark.parametrize("kappa", [1.0, 10.0, 1e3, 1e5])

@@ -227,16 +227,38 @@ def eigenvalues(w) -> np.ndarray:
     return np.clip(torch.linalg.eigvalsh(gram).cpu().numpy(), 0.0, None)
 
 
-def entry_statistics(w, chunk: int = 2**24) -> dict[str, float]:
-    """pico-analyze's Gini and Hoyer of |w| over every entry, and max |w|, on W's device
-    (|w| sorted in W's own dtype: the order of the stored values is exact; sums in float64)."""
+def _half_statistics(w) -> tuple[float, float, float, float]:
+    """(sum_i (2i - n - 1) |w|_(i), sum |w|, sum w^2, max |w|) of a float16 / bfloat16 matrix,
+    exactly, from the count of each of its at most 32,768 magnitudes: the 15 low bits of a
+    non-negative 16-bit float order its values, and a run of c equal values from rank r + 1
+    on contributes v c (2r + c - n). O(n), no sort."""
+    import torch
+
+    bits = (w.detach().reshape(-1).view(torch.int16).to(torch.int32) & 0x7FFF).long()  # |w|'s bit pattern
+    counts = torch.bincount(bits, minlength=32768).cpu().numpy().astype(np.float64)  # (32768,)
+    patterns = torch.arange(32768, dtype=torch.int32).to(torch.int16)
+    if w.dtype == torch.float16:
+        values = patterns.view(torch.float16).double().numpy()
+    else:  # bfloat16: the high half of a float32
+        values = (patterns.to(torch.int32) << 16).view(torch.float32).double().numpy()
+    size = counts.sum()
+    below = np.cumsum(counts) - counts  # values ranked before each magnitude
+    present = np.flatnonzero(counts)  # (the patterns of inf and NaN never are: eigenvalues() refused them)
+    values, counts, below = values[present], counts[present], below[present]
+    ranked = float((values * counts * (2 * below + counts - size)).sum())
+    return ranked, float((counts * values).sum()), float((counts * values**2).sum()), float(values[-1])
+
+
+def _sorted_statistics(w, chunk: int) -> tuple[float, float, float, float]:
+    """The same sums as _half_statistics for any other dtype, from |w| sorted in its own dtype
+    (the order of the stored values is exact; sums in float64, no N x M float64 copy)."""
     import torch
 
     magnitudes = w.detach().reshape(-1).abs()
     size = magnitudes.numel()
     if magnitudes.device.type == "cpu":  # numpy's vectorised sort is several times torch's on a CPU
-        wide = magnitudes if magnitudes.dtype in (torch.float32, torch.float64) else magnitudes.float()  # exact
-        ordered = np.sort(wide.numpy())
+        ordered = np.sort(magnitudes.numpy() if magnitudes.dtype in (torch.float32, torch.float64)
+                          else magnitudes.float().numpy())  # (exact)
         as_float64 = lambda part: part.astype(np.float64)  # noqa: E731
         arange = lambda lo, hi, like: np.arange(lo, hi, dtype=np.float64)  # noqa: E731
     else:
@@ -244,18 +266,29 @@ def entry_statistics(w, chunk: int = 2**24) -> dict[str, float]:
         as_float64 = lambda part: part.to(torch.float64)  # noqa: E731
         arange = lambda lo, hi, like: torch.arange(lo, hi, dtype=torch.float64, device=like.device)  # noqa: E731
     total = ranked = square = 0.0
-    for lo in range(0, size, chunk):  # no N x M float64 copy
+    for lo in range(0, size, chunk):
         part = as_float64(ordered[lo : lo + chunk])
         index = arange(lo + 1, lo + 1 + part.shape[0], part)
         total += float(part.sum())
-        ranked += float((index * part).sum())
+        ranked += float(((2 * index - size - 1) * part).sum())
         square += float((part * part).sum())
+    return ranked, total, square, float(ordered[-1])
+
+
+def entry_statistics(w, chunk: int = 2**24) -> dict[str, float]:
+    """pico-analyze's Gini and Hoyer of |w| over every entry, and max |w|, on W's device."""
+    import torch
+
+    size = w.numel()
+    if w.dtype in (torch.float16, torch.bfloat16):
+        ranked, total, square, largest = _half_statistics(w)
+    else:
+        ranked, total, square, largest = _sorted_statistics(w, chunk)
     if total == 0:
         return dict(gini=math.nan, hoyer=math.nan, max_abs=0.0)
-    gini = (2 * ranked - (size + 1) * total) / (size * total)  # sum_i (2i - size - 1) x_(i) / (size sum x)
     root = math.sqrt(size)
     hoyer = (root - total / math.sqrt(square)) / (root - 1) if size > 1 else math.nan
-    return dict(gini=gini, hoyer=hoyer, max_abs=float(ordered[-1]))
+    return dict(gini=ranked / (size * total), hoyer=hoyer, max_abs=largest)
 
 
 def spectral_diagnostics(evals: np.ndarray, n: int, m: int) -> tuple[dict[str, float], str]:
@@ -291,12 +324,12 @@ def matrix_diagnostics(w, name: str = "W") -> dict:
 
     if w.dim() != 2:
         raise WeightDiagnosticsError(f"{name} has shape {tuple(w.shape)}, not a matrix")
-    finite = torch.isfinite(w)
-    if not bool(finite.all()):
-        row, col = (int(i) for i in (~finite).nonzero()[0])
+    try:
+        lam = eigenvalues(w)  # a NaN/Inf entry reaches the Gram's diagonal
+    except WeightDiagnosticsError:
+        row, col = (int(i) for i in (~torch.isfinite(w)).nonzero()[0])
         raise WeightDiagnosticsError(f"{name} {tuple(w.shape)} has NaN/Inf (first at row {row}, column {col}): "
-                                     "the checkpoint is broken")
-    lam = eigenvalues(w)
+                                     "the checkpoint is broken") from None
     n, m = max(w.shape), min(w.shape)
     row, status = spectral_diagnostics(lam, n, m)
     entries = entry_statistics(w)
