@@ -115,10 +115,11 @@ class CanonicalSimilarity:
     dims: tuple[int, int]  # dimensions kept of x and of y
 
 
-def canonical_similarity(x, y, keep: float = SVCCA_KEEP) -> CanonicalSimilarity:
-    """SVCCA and PWCCA of x (n, d_x) and y (n, d_y), the same n tokens (module docstring)."""
+def canonical_similarity(x, y, keep: float = SVCCA_KEEP, bases=None) -> CanonicalSimilarity:
+    """SVCCA and PWCCA of x (n, d_x) and y (n, d_y), the same n tokens (module docstring).
+    bases: (qx, qy) of principal_basis, when the caller has them (x compared with several y)."""
     x, y = _pair(x, y)
-    qx, qy = principal_basis(x, keep), principal_basis(y, keep)  # (n, kx), (n, ky)
+    qx, qy = bases or (principal_basis(x, keep), principal_basis(y, keep))  # (n, kx), (n, ky)
     a, rho, _ = np.linalg.svd(qx.T @ qy, full_matrices=False)  # (kx, m), (m,): canonical correlations
     rho = np.clip(rho, 0.0, 1.0)
     variates = qx @ a  # (n, m): x's canonical variates, unit norm
@@ -139,11 +140,14 @@ def layer_similarities(layers, references: dict) -> dict[str, dict[str, list[flo
                                   "states of the same tokens")
     out = {name: {"cka": [], "cka_debiased": [], "svcca": [], "pwcca": []} for name in references}
     for i in range(layers.shape[0]):
-        x = np.asarray(layers[i], dtype=np.float64)  # (k, w), read once for every reference
+        x = np.asarray(layers[i], dtype=np.float64)  # (k, w), read and decomposed once for every reference
+        qx = None
         for name, other in references.items():
             y = np.asarray(other[i], dtype=np.float64)
             try:
-                canonical = canonical_similarity(x, y)
+                xc, yc = _pair(x, y)  # checked and centred
+                qx = principal_basis(xc) if qx is None else qx
+                canonical = canonical_similarity(x, y, bases=(qx, principal_basis(yc)))
                 out[name]["cka"].append(linear_cka(x, y))
                 out[name]["cka_debiased"].append(linear_cka(x, y, debiased=True))
             except SimilarityError as error:
