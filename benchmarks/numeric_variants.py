@@ -224,8 +224,8 @@ COLUMNS |= {
 # often a discontinuous choice (the alpha fit's xmin: alpha_n) differs from the recording's
 PEER_TABLES = ("weight_alpha", "weight_sparsity", "representation_similarity")
 PEER_COLUMNS = {
-    "weight_alpha": ("alpha", "alpha_sigma", "alpha_D", "alpha_xmin", "alpha_n", "alpha_weighted", "stable_rank",
-                     "mp_softrank", "mp_sigma", "lambda_max"),
+    "weight_alpha": ("alpha", "alpha_sigma", "alpha_D", "alpha_D_margin", "alpha_xmin", "alpha_n", "alpha_weighted",
+                     "stable_rank", "mp_softrank", "mp_sigma", "lambda_max"),
     "weight_sparsity": ("per", "gini", "hoyer", "condition_number", "frobenius_norm", "spectral_norm", "nuclear_norm",
                         "max_abs"),
     "representation_similarity": ("cka", "cka_debiased", "svcca", "pwcca"),

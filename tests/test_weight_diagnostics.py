@@ -51,7 +51,8 @@ def ww_fit_loop(evals, threshold=1e-5):
         alpha = 1 + (n - 1) / np.sum(np.log(data / data[0]))
         fits = [(max(abs(1 - (x / data[0]) ** (1 - alpha) - j / n) for j, x in enumerate(data)), 0, alpha, data[0], n)]
     distance, _, alpha, xmin, n = min(fits)  # least D, then the first
-    return alpha, distance, xmin, n, (alpha - 1) / math.sqrt(n)
+    others = sorted(f[0] for f in fits)[1:] + [1.0] * (data.size - 1 - len(fits))  # skipped candidates: D = 1
+    return alpha, distance, xmin, n, (alpha - 1) / math.sqrt(n), (min(others) if others else 1.0) - distance
 
 
 def pareto(alpha, size, rng, xmin=1.0):
@@ -72,8 +73,9 @@ def test_power_law_fit_is_weightwatchers_candidate_by_candidate(seed, size):
     rng = np.random.default_rng(seed)
     evals = np.concatenate([rng.exponential(size=size // 2) * 1e-3, pareto(2.5 + seed, size - size // 2, rng), [0.0, 1e-7]])
     fit = fit_power_law(evals, block=7)  # several blocks of candidates
-    alpha, distance, xmin, n, sigma = ww_fit_loop(evals)
+    alpha, distance, xmin, n, sigma, margin = ww_fit_loop(evals)
     assert (fit.alpha, fit.D, fit.xmin, fit.n_tail, fit.sigma) == pytest.approx((alpha, distance, xmin, n, sigma), rel=1e-10)
+    assert fit.D_margin == pytest.approx(margin, rel=1e-9, abs=1e-15) and fit.D_margin >= 0
 
 
 def test_alpha_drawn_from_a_known_power_law_comes_back_within_its_standard_error():

@@ -23,7 +23,12 @@ WeightWatcher (PyPI `weightwatcher` 0.7.7, `analyze()` defaults):
   ESD when no tail qualifies); still the least D wins. alpha_sigma = (alpha - 1) /
   sqrt(n_tail) is its standard error, alpha_D the fit quality (smaller is better),
   alpha_xmin and alpha_n the fit range: the tail is lambda >= alpha_xmin, up to the largest
-  eigenvalue (no xmax). WW's heuristics read alpha in [2, 6] as well trained, below 2 as
+  eigenvalue (no xmax). alpha_D_margin (lmsat's, not WW's) is the next best candidate's D
+  minus the chosen one's: the choice of xmin is a discontinuous argmin, and where the margin
+  is below the noise of the eigenvalues (a last-bit change in training moves D by ~1e-3) the
+  fit may pick another xmin on another CPU and alpha may change by far more than alpha_sigma
+  (in the toy suite 78 of 324 matrices change xmin under 1e-3 relative noise on their
+  eigenvalues, most of them near initialisation, where the ESD has no power-law tail). WW's heuristics read alpha in [2, 6] as well trained, below 2 as
   over-fitted; with few eigenvalues (a toy's 16 to 128) the fit says little, and alpha_n
   shows how little.
 - alpha_weighted = alpha log10(lambda_max); stable_rank = sum(lambda) / lambda_max
@@ -75,12 +80,12 @@ FORMAT_VERSION = 1
 WW_EVALS_THRESHOLD = 1e-5  # WeightWatcher's EVALS_THRESH: eigenvalues at or below it are left out of the alpha fit
 SMALL_N, SMALL_N_MIN_TAIL = 20, 8  # WeightWatcher 0.7.7's small-ESD fit: below 20 eigenvalues, tails of >= 8
 KDE_BANDWIDTH, KDE_POINTS, KDE_FLOOR = 0.1, 1000, 0.01  # WeightWatcher's mp_fit density estimate
-ALPHA_COLUMNS = ("alpha", "alpha_sigma", "alpha_D", "alpha_xmin", "alpha_n", "alpha_weighted", "stable_rank",
-                 "mp_softrank", "mp_sigma", "lambda_max")
+ALPHA_COLUMNS = ("alpha", "alpha_sigma", "alpha_D", "alpha_D_margin", "alpha_xmin", "alpha_n", "alpha_weighted",
+                 "stable_rank", "mp_softrank", "mp_sigma", "lambda_max")
 SPARSITY_COLUMNS = ("per", "gini", "hoyer", "condition_number", "frobenius_norm", "spectral_norm", "nuclear_norm",
                     "max_abs")
 COLUMNS = (*ALPHA_COLUMNS, *SPARSITY_COLUMNS)
-SCALE_FREE = ("alpha", "alpha_n", "alpha_sigma", "alpha_D", "alpha_xmin", "alpha_weighted", "stable_rank", "mp_softrank",
+SCALE_FREE = ("alpha", "alpha_n", "alpha_sigma", "alpha_D", "alpha_D_margin", "alpha_xmin", "alpha_weighted", "stable_rank", "mp_softrank",
               "mp_sigma", "per", "gini", "hoyer", "condition_number")  # NaN for a zero matrix
 HEAD = "head"  # the matrix name of the LM head
 
@@ -98,6 +103,7 @@ class PowerLawFit:
     alpha: float
     sigma: float  # standard error (alpha - 1) / sqrt(n_tail)
     D: float  # Kolmogorov-Smirnov distance of the fit (WeightWatcher's form)
+    D_margin: float  # the next best candidate's D minus this one's: how decisively xmin was chosen
     xmin: float  # the tail's lower end
     n_tail: int  # eigenvalues >= xmin
 
@@ -140,9 +146,11 @@ def fit_power_law(evals, threshold: float = WW_EVALS_THRESHOLD, block: int = 512
     if not (distances < 1).any():
         return "alpha not fitted: no candidate xmin gives alpha > 1"
     best = int(np.argmin(distances))
+    others = np.delete(distances, best)
+    margin = float(others.min() - distances[best]) if others.size else float(1 - distances[best])  # (D = 1: no fit)
     return PowerLawFit(
         alpha=float(alphas[best]), sigma=float((alphas[best] - 1) / np.sqrt(n[best])), D=float(distances[best]),
-        xmin=float(x[best]), n_tail=int(n[best]),
+        D_margin=margin, xmin=float(x[best]), n_tail=int(n[best]),
     )
 
 
@@ -312,7 +320,8 @@ def spectral_diagnostics(evals: np.ndarray, n: int, m: int) -> tuple[dict[str, f
     fit = fit_power_law(lam)
     if isinstance(fit, str):
         return row, fit
-    row.update(alpha=fit.alpha, alpha_sigma=fit.sigma, alpha_D=fit.D, alpha_xmin=fit.xmin, alpha_n=float(fit.n_tail),
+    row.update(alpha=fit.alpha, alpha_sigma=fit.sigma, alpha_D=fit.D, alpha_D_margin=fit.D_margin, alpha_xmin=fit.xmin,
+               alpha_n=float(fit.n_tail),
                alpha_weighted=fit.alpha * math.log10(top))
     return row, "ok"
 
