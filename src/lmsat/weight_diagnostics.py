@@ -28,9 +28,10 @@ WeightWatcher (PyPI `weightwatcher` 0.7.7, `analyze()` defaults):
   is below the noise of the eigenvalues (a last-bit change in training moves D by ~1e-3) the
   fit may pick another xmin on another CPU and alpha may change by far more than alpha_sigma
   (in the toy suite 78 of 324 matrices change xmin under 1e-3 relative noise on their
-  eigenvalues, most of them near initialisation, where the ESD has no power-law tail). WW's heuristics read alpha in [2, 6] as well trained, below 2 as
-  over-fitted; with few eigenvalues (a toy's 16 to 128) the fit says little, and alpha_n
-  shows how little.
+  eigenvalues, most of them near initialisation, where the ESD has no power-law tail; only
+  17 choose it by a margin of 0.02 or more). WW's heuristics read alpha in [2, 6] as well
+  trained, below 2 as over-fitted; with few eigenvalues (a toy's 16 to 128) the fit says
+  little, and alpha_n shows how little.
 - alpha_weighted = alpha log10(lambda_max); stable_rank = sum(lambda) / lambda_max
   (= ||W||_F^2 / ||W||_2^2).
 - mp_softrank = lambda_plus / lambda_max, as its `mp_fit` (analyze(mp_fit=True)): the ESD is
