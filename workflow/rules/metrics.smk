@@ -50,8 +50,11 @@ rule compare_checkpoint_caches:
     conda:
         "../../envs/lmsat.yaml"
     resources:
-        mem_mb=2000,
-        runtime=10,
+        # three caches' `layers`, a hidden state at a time (float64, SVDs of k x d): seconds for
+        # the toy, minutes per checkpoint at Pythia's widths on a CPU (not measured); as the
+        # checkpoint job's runtime, more at each retry
+        mem_mb=lambda wildcards, attempt: 2000 * attempt,
+        runtime=lambda wildcards, attempt: CONFIG["extraction"]["runtime"] * attempt,
     params:
         record=get_checkpoint_record,
         references=get_comparison_references,
