@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -135,6 +136,61 @@ def weight_tables(workdir: Path, model: str) -> dict[tuple[str, str], float]:
                     stable_rank=stable_rank(s))  # fmt: skip
         for column, value in head.items():
             out["singular_entropy", column, ref.name, "", "", ""] = value
+        out.update(peer_tables(lm, ref.name, n_valid))
+    out.update(similarity_tables(workdir, hub, model))
+    return out
+
+
+def peer_tables(lm, revision: str, n_valid: int) -> dict:
+    """weight_alpha and weight_sparsity values of one checkpoint, as the checkpoint job
+    computes them: (table, column, revision, layer, matrix, "") -> value."""
+    from lmsat.weight_diagnostics import ALPHA_COLUMNS, SPARSITY_COLUMNS, model_diagnostics
+
+    arrays = model_diagnostics(lm, revision, n_valid)
+    out = {}
+    for table, columns in (("weight_alpha", ALPHA_COLUMNS), ("weight_sparsity", SPARSITY_COLUMNS)):
+        for i, (layer, name) in enumerate(zip(arrays["layer"], arrays["name"])):
+            for column in columns:
+                out[table, column, revision, str(layer), name, ""] = float(arrays[column][i])
+    return out
+
+
+def similarity_tables(workdir: Path, hub: Path, model: str) -> dict:
+    """representation_similarity values of every checkpoint, from caches extracted here with
+    the default run's sample and extraction settings: (table, measure, revision, layer,
+    reference, "") -> value."""
+    import tempfile
+
+    import torch
+    from transformers import GPTNeoXForCausalLM
+
+    from lmsat.cache import ExtractionSettings, extract_to_cache, open_cache
+    from lmsat.config import load_yaml
+    from lmsat.corpus import read_sample
+    from lmsat.similarity import layer_similarities
+
+    extraction = load_yaml(ROOT / "config" / "config.yaml")["extraction"]
+    settings = ExtractionSettings(batch_size=extraction["batch_size"], chunk_sequences=extraction["chunk_sequences"],
+                                  layer_sample=extraction["layer_sample"], seed=0)
+    tokens, _ = read_sample(workdir / "results/default/samples/synthetic/toy.h5")
+    refs = sorted((hub / "refs").iterdir(), key=lambda p: int(p.name.removeprefix("step")))
+    layers = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        for ref in refs:
+            lm = GPTNeoXForCausalLM.from_pretrained(hub / "snapshots" / ref.read_text().strip(), torch_dtype=torch.float32)
+            path = Path(scratch) / f"{ref.name}.h5"
+            extract_to_cache(lm, tokens, path, identity=dict(model=model, revision=ref.name), settings=settings)
+            with open_cache(path) as cache:
+                layers[ref.name] = cache["layers"][...]
+    out = {}
+    names = [ref.name for ref in refs]
+    for i, revision in enumerate(names):
+        for reference, other in (("final", names[-1]), ("previous", names[i - 1] if i else None)):
+            if other is None:
+                continue
+            for measure, values in layer_similarities(layers[revision], {reference: layers[other]})[reference].items():
+                for layer, value in enumerate(values):
+                    out["representation_similarity", measure, revision, str(layer), reference, ""] = value
     return out
 
 
@@ -143,12 +199,15 @@ def recorded_values(model: str) -> dict[tuple, float]:
     import csv
 
     out = {}
-    for table in ("attention_lowrank", "singular_entropy"):
+    for table in ("attention_lowrank", "singular_entropy", *PEER_TABLES):
         with open(golden_tables.RECORDED / f"{table}.csv", encoding="utf-8") as f:
             for row in csv.DictReader(f):
                 if row["model"] != model:
                     continue
-                key = (row["revision"], row.get("layer", ""), row.get("head", ""), row.get("kind", ""))
+                if table in PEER_TABLES:  # (revision, layer, matrix or reference)
+                    key = (row["revision"], row["layer"], row.get("matrix", row.get("reference", "")), "")
+                else:
+                    key = (row["revision"], row.get("layer", ""), row.get("head", ""), row.get("kind", ""))
                 for column, value in row.items():
                     if (table, column) in COLUMNS:
                         out[(table, column, *key)] = float(value)
@@ -161,12 +220,24 @@ COLUMNS = {("attention_lowrank", c) for c in ("effective_rank", "stable_rank", "
 COLUMNS |= {
     ("singular_entropy", c) for c in ("sigma_max", "singular_entropy_sigma", "singular_entropy_sigma2", "effective_rank", "stable_rank")
 }
+# the peers' measures (weight diagnostics, representation similarity): their spread per column, and how
+# often a discontinuous choice (the alpha fit's xmin: alpha_n) differs from the recording's
+PEER_TABLES = ("weight_alpha", "weight_sparsity", "representation_similarity")
+PEER_COLUMNS = {
+    "weight_alpha": ("alpha", "alpha_sigma", "alpha_D", "alpha_D_margin", "alpha_xmin", "alpha_n", "alpha_weighted",
+                     "stable_rank", "mp_softrank", "mp_sigma", "lambda_max"),
+    "weight_sparsity": ("per", "gini", "hoyer", "condition_number", "frobenius_norm", "spectral_norm", "nuclear_norm",
+                        "max_abs"),
+    "representation_similarity": ("cka", "cka_debiased", "svcca", "pwcca"),
+}
+COLUMNS |= {(table, column) for table, columns in PEER_COLUMNS.items() for column in columns}
 
 
 def weights(directory: Path, variants: list[str], parallel: int, model: str = "toy-d16") -> None:
     """Train `model` alone per variant; print how far its weights and their tables are from
     the first variant's and from the recording."""
-    run_all(directory, variants, [f"results/default/toy/models/{model}.json"], parallel)
+    run_all(directory, variants, [f"results/default/toy/models/{model}.json", "results/default/samples/synthetic/toy.h5"],
+            parallel)
     import numpy as np
 
     first = final_weights(directory / variants[0], model)
@@ -205,23 +276,30 @@ def weights(directory: Path, variants: list[str], parallel: int, model: str = "t
     print(f"\n{model}, per column: largest |diff| (and relative) against the recording, over the variants and all 9 checkpoints")
     print(f"{'table.column':42s} {'abs':>9s} {'rel':>9s}  {'between variants (abs, rel)':>19s}  tolerance")
     for table, column in sorted(COLUMNS):
-        keys = [k for k in recorded if k[:2] == (table, column)]
-        vs_rec = [(abs(made[v][k] - recorded[k]), abs(made[v][k] - recorded[k]) / abs(recorded[k])) for v in variants for k in keys]
+        keys = [k for k in recorded if k[:2] == (table, column) and math.isfinite(recorded[k])]  # NaN: documented empty
+        if not keys:
+            continue
+        vs_rec = [(abs(made[v][k] - recorded[k]), abs(made[v][k] - recorded[k]) / max(abs(recorded[k]), 1e-300))
+                  for v in variants for k in keys]
         between = [
-            (abs(made[v][k] - made[w][k]), abs(made[v][k] - made[w][k]) / abs(recorded[k]))
+            (abs(made[v][k] - made[w][k]), abs(made[v][k] - made[w][k]) / max(abs(recorded[k]), 1e-300))
             for v in variants
             for w in variants
             for k in keys
         ]
         tol = golden_tables.tolerance_of(table, column)
         cells = [max(a for a, _ in vs_rec), max(r for _, r in vs_rec), max(a for a, _ in between), max(r for _, r in between)]
-        print(f"{table + '.' + column:42s} " + " ".join(f"{x:9.2e}" for x in cells) +
-              f"  atol {tol.atol:g} rtol {tol.rtol:g}{' of its terms' if tol.terms else ''}")  # fmt: skip
+        bound = f"atol {tol.atol:g} rtol {tol.rtol:g}{' of its terms' if tol.terms else ''}" if tol else "(int: exact)"
+        print(f"{table + '.' + column:42s} " + " ".join(f"{x:9.2e}" for x in cells) + f"  {bound}")  # fmt: skip
         if column == "balance_gap":
             terms = [recorded[("terms", *k[1:])] for k in keys]
             against = max(abs(made[v][k] - recorded[k]) / t for v in variants for k, t in zip(keys, terms))
             among = max(abs(made[v][k] - made[w][k]) / t for v in variants for w in variants for k, t in zip(keys, terms))
             print(f"{'  ... / its terms (balance_gap_terms)':42s} {against:9.2e} {'':9s}  {'':9s} {among:9.2e}")
+    flips = {v: [k for k in recorded if k[:2] == ("weight_alpha", "alpha_n") and made[v][k] != recorded[k]] for v in variants}
+    print(f"\n{model}: matrices whose alpha fit chose another xmin than the recording's (alpha_n differs), per variant: "
+          + ", ".join(f"{v} {len(keys)}" for v, keys in flips.items())
+          + f" of {sum(1 for k in recorded if k[:2] == ('weight_alpha', 'alpha_n'))}")
 
 
 def spread(directory: Path, variants: list[str]) -> None:

@@ -34,6 +34,7 @@ def toy_run(tmp_path_factory):
     (workdir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     targets = [f"results/analyse/metrics/{m}/{MODEL}/{REVISION}.json" for m in ("loss", "anisotropy", "effective_rank")]
     targets.append(f"results/analyse/spectra/{MODEL}/{REVISION}.h5")
+    targets.append(f"results/analyse/weight_diagnostics/{MODEL}/{REVISION}.h5")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
     result = subprocess.run(
         [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory", str(workdir),
@@ -70,7 +71,13 @@ def test_analyse_on_the_run_s_sample_equals_the_workflow(toy_run):
     assert abs(metrics["spectra"]["singular_entropy_sigma"] - singular_entropy(head_s)) < TOL
     assert metrics["spectra"]["n_valid_rows"] >= len(head_s)
     assert out["sample"]["path"] == str(sample) and out["sample"]["kind"] == "sample"
-    assert set(metrics) == {"loss", "anisotropy", "effective_rank", "spectra", "attention"}
+    # every metric of one checkpoint (representation_similarity compares checkpoints: not analyse's)
+    assert set(metrics) == {"loss", "anisotropy", "effective_rank", "spectra", "attention", "weight_diagnostics"}
+    from lmsat.weight_diagnostics import read_diagnostics
+
+    arrays, _ = read_diagnostics(results / f"weight_diagnostics/{MODEL}/{REVISION}.h5")  # the workflow's job
+    assert metrics["weight_diagnostics"]["head_stable_rank"] == pytest.approx(arrays["stable_rank"][-1], rel=1e-12)
+    assert metrics["weight_diagnostics"]["head_alpha"] == pytest.approx(arrays["alpha"][-1], rel=1e-12, nan_ok=True)
     assert len(metrics["attention"]["qk"]["effective_rank"]["median_per_layer"]) == metrics["attention"]["shape"]["n_layers"]
 
 

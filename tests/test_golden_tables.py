@@ -109,3 +109,21 @@ def test_a_balance_gap_tolerance_is_relative_to_its_terms_not_to_the_gap():
     near_zero = tolerance.bound(1e-9, {"d_head": "16", "balance_gap": "1e-9"})
     assert near_zero >= 2 * tolerance.rtol > 1e3 * 1e-9 * tolerance.rtol
     assert tolerance.bound(0.5, {"d_head": "64", "balance_gap": "0.5"}) > tolerance.bound(0.5, {"d_head": "16", "balance_gap": "0.5"})
+
+
+def test_a_power_law_fit_is_compared_only_where_its_xmin_was_chosen_by_a_margin(tables):
+    """weight_alpha's fit columns (issue 42): a decisive fit moved by 1% fails; a fit whose two best
+    xmins are nearer in KS distance than the noise can move them may be another fit on another CPU."""
+    from golden_tables import FIT_MARGIN
+
+    header, rows = read_csv_text(tables / "weight_alpha.csv")
+    margin = header.index("alpha_D_margin")
+    decisive = next(i for i, r in enumerate(rows) if float(r[margin]) >= FIT_MARGIN)
+    loose = next(i for i, r in enumerate(rows) if float(r[margin]) < FIT_MARGIN)
+    edit(tables / "weight_alpha.csv", loose, "alpha", lambda text: repr(1.5 * float(text)))
+    edit(tables / "weight_alpha.csv", loose, "alpha_n", lambda text: str(int(text) + 3))
+    assert compare_tables(tables) == []
+    edit(tables / "weight_alpha.csv", decisive, "alpha", lambda text: repr(1.01 * float(text)))
+    edit(tables / "weight_alpha.csv", decisive, "alpha_n", lambda text: str(int(text) + 1))
+    differences = compare_tables(tables)
+    assert [d.split(" [")[0] for d in differences] == ["weight_alpha.alpha", "weight_alpha.alpha_n"], differences

@@ -88,6 +88,8 @@ LAYERS = {
     "lmsat.synthetic": COMPUTE,
     "lmsat.toy": COMPUTE,
     "lmsat.verdict": COMPUTE,
+    "lmsat.similarity": COMPUTE,  # representation similarity across checkpoints (CKA, SVCCA, PWCCA)
+    "lmsat.weight_diagnostics": COMPUTE,  # WeightWatcher's and pico-analyze's per-layer weight measures
     # 3 registries: products by name
     "lmsat.metrics": REGISTRY,
     "lmsat.tables": REGISTRY,

@@ -107,7 +107,7 @@ def test_metrics_key_plans_exactly_the_named_metrics(default_config):
 def test_table_names_are_unique_and_builders_are_functions():
     table_metric()  # raises on a table name registered twice
     for metric in METRICS.values():
-        assert metric.reads in ("cache", "weights")
+        assert metric.reads in ("cache", "weights", "cache_pairs")
         for name, table in metric.tables.items():
             build = getattr(table.build, "func", table.build)  # a partial's function
             assert callable(build) and build.__module__ == "lmsat.tables", (metric.name, name)

@@ -17,6 +17,7 @@ HEAVY = ("torch", "transformers", "lm_eval", "scipy", "matplotlib", "pandas", "j
 # rule script -> heavy libraries it may load before its main runs (the rest: inside main, when used)
 ALLOWED = {
     "compute_checkpoint_metric": {"h5py"},  # 108 jobs of the default run: reads a cache, no table, no model
+    "compare_checkpoint_caches": {"h5py"},  # 36 jobs of the default run: reads three caches, no table, no model
     "analyse_checkpoint": {"torch", "h5py"},  # transformers: when the model loads
     "evaluate_checkpoint": set(),  # torch, lm-eval: in main, after the reuse of a final checkpoint's record
     "tabulate_metric": {"pandas", "h5py"},

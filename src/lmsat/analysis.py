@@ -225,7 +225,25 @@ def attention_summary(result: dict) -> dict:
     return summary
 
 
-SUMMARIES = {"spectra": spectrum_summary, "attention": attention_summary}  # weights metric -> its scalars
+def diagnostics_summary(arrays: dict) -> dict:
+    """Scalars of the weight diagnostics (lmsat.metrics 'weight_diagnostics'): the LM head's
+    own and each column's median over the blocks' matrices (NaN entries, documented by their
+    status, left out)."""
+    from lmsat.weight_diagnostics import HEAD
+
+    head = np.asarray(arrays["name"]) == HEAD
+    summary = {"matrices": int(head.size), "not_ok": int((np.asarray(arrays["status"]) != "ok").sum())}
+    for column in ("alpha", "alpha_sigma", "alpha_D", "stable_rank", "mp_softrank", "per", "gini", "hoyer",
+                   "condition_number"):
+        summary[f"head_{column}"] = float(arrays[column][head][0]) if head.any() else float("nan")
+    for column in ("alpha", "stable_rank", "mp_softrank", "per", "gini", "hoyer", "condition_number"):
+        values = arrays[column][~head]
+        summary[f"median_{column}"] = float(np.median(values[~np.isnan(values)])) if (~np.isnan(values)).any() else float("nan")
+    return summary
+
+
+SUMMARIES = {"spectra": spectrum_summary, "attention": attention_summary,
+             "weight_diagnostics": diagnostics_summary}  # weights metric -> its scalars
 
 
 def analyse_checkpoint(checkpoint, tokens: np.ndarray | None, sample: dict | None, *, settings: dict | None = None,
@@ -247,10 +265,14 @@ def analyse_checkpoint(checkpoint, tokens: np.ndarray | None, sample: dict | Non
 
     checkpoint = Path(checkpoint)
     settings = settings or run_settings()
-    metrics = list(metrics or METRICS)
+    metrics = list(metrics or [m for m in METRICS if METRICS[m].reads != "cache_pairs"])
     unknown = [m for m in metrics if m not in METRICS]
     if unknown:
         raise AnalyseError(f"unknown metrics {unknown}. Fix: choose among {', '.join(METRICS)}")
+    pairs = [m for m in metrics if METRICS[m].reads == "cache_pairs"]
+    if pairs:
+        raise AnalyseError(f"metrics {pairs} compare a checkpoint with others (its final and previous ones), and "
+                           "analyse reads one. Fix: leave them out, or run the workflow (`lmsat init` + snakemake)")
     cache_metrics = [m for m in metrics if METRICS[m].reads == "cache"]
     if cache_metrics and tokens is None:
         raise AnalyseError(f"metrics {cache_metrics} read a token sample. Fix: pass --sample H5 or --text FILE")

@@ -57,6 +57,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DEFAULT_METRICS = ("loss", "anisotropy", "effective_rank", "spectra")  # analyse's, but the attention grid
+# watched when asked: WeightWatcher's and pico-analyze's per-matrix diagnostics (a few seconds per
+# evaluation on a CPU at Pythia-160m's size, benchmarks/weightwatcher_side_by_side.py)
+WATCHABLE = (*DEFAULT_METRICS, "weight_diagnostics")
 LOG_PREFIX = "lmsat/"
 OWN_TABLES = ("saturation_verdicts",)  # the callback writes these itself, from its own verdict (its alpha)
 
@@ -220,9 +223,9 @@ def monitor(model, sample, *, settings: dict | None = None, metrics=DEFAULT_METR
 
     sample = as_sample(sample)
     settings = settings or run_settings()
-    unknown = [m for m in metrics if m not in METRICS or m == "attention"]
+    unknown = [m for m in metrics if m not in WATCHABLE]
     if unknown:
-        raise MonitorError(f"metrics {unknown} are not watched. Fix: choose among {', '.join(DEFAULT_METRICS)}")
+        raise MonitorError(f"metrics {unknown} are not watched. Fix: choose among {', '.join(WATCHABLE)}")
     check_model(model)
     check_sample(model, sample)
     extraction = settings["extraction"]
@@ -232,7 +235,7 @@ def monitor(model, sample, *, settings: dict | None = None, metrics=DEFAULT_METR
     )
     parameter = next(model.parameters())
     device = parameter.device
-    report, spectrum = {}, None
+    report, spectrum, diagnostics = {}, None, None
     with untouched(model), torch.no_grad(), torch.autocast(device.type, enabled=False):
         model.eval()
         if "spectra" in metrics:
@@ -242,6 +245,15 @@ def monitor(model, sample, *, settings: dict | None = None, metrics=DEFAULT_METR
                              drop_padding_rows=drop)
             spectrum = METRICS["spectra"].compute(model, job)
             report["spectra"] = spectrum_summary(spectrum)
+        if "weight_diagnostics" in metrics:
+            from lmsat.analysis import diagnostics_summary
+
+            drop = bool(settings["spectra"]["drop_padding_rows"] and tokenizer_dir is not None)
+            job = WeightsJob(model=f"{name}@{revision}", tokenizer=str(tokenizer_dir or ""),
+                             tokenizer_spec=tokenizer_spec(Path(tokenizer_dir)) if tokenizer_dir else {},
+                             drop_padding_rows=drop)
+            diagnostics = METRICS["weight_diagnostics"].compute(model, job)
+            report["weight_diagnostics"] = diagnostics_summary(diagnostics)
         forward_dtype = getattr(torch, extraction_settings.dtype)
         lm = model if parameter.dtype == forward_dtype else copy.deepcopy(model).to(dtype=forward_dtype)
         identity = dict(model=name, revision=revision, model_id="in-memory", sample_sha256=sample.attrs["sha256"])
@@ -258,7 +270,8 @@ def monitor(model, sample, *, settings: dict | None = None, metrics=DEFAULT_METR
                 sequence_losses = (np.asarray(report["loss"]["sequence_loss"]) if "loss" in report
                                    else sequence_means(cache["loss"][...]))
     ordered = {m: report[m] for m in metrics}
-    return {**ordered, "sequence_losses": sequence_losses, "spectrum": spectrum}
+    extra = {"diagnostics": diagnostics} if "weight_diagnostics" in metrics else {}
+    return {**ordered, "sequence_losses": sequence_losses, "spectrum": spectrum, **extra}
 
 
 MEMORY_DIR = "/dev/shm"  # a RAM file system on Linux
@@ -299,6 +312,9 @@ LOGGED = {  # metric -> (value in its record, logged name after lmsat/)
                        ("singular_entropy", "singular_entropy")),
     "spectra": (("singular_entropy_sigma", "head_singular_entropy"), ("singular_entropy_sigma2", "head_singular_entropy_sigma2"),
                 ("effective_rank", "head_effective_rank"), ("stable_rank", "head_stable_rank"), ("s1", "head_s1")),
+    "weight_diagnostics": (("head_alpha", "head_alpha"), ("head_alpha_sigma", "head_alpha_sigma"),
+                           ("head_mp_softrank", "head_mp_softrank"), ("median_alpha", "median_alpha"),
+                           ("median_stable_rank", "median_stable_rank"), ("median_mp_softrank", "median_mp_softrank")),
 }
 VERDICT_LOGGED = ("rise", "rise_low", "rise_high", "p_value")  # with lmsat/saturates (1 or 0)
 
@@ -308,8 +324,9 @@ def scalars(record: dict) -> dict[str, float]:
     layer's anisotropy as lmsat/anisotropy_layer_<i> (0 = embeddings)."""
     out = {}
     for metric, pairs in LOGGED.items():
-        if metric in record:
-            out.update({LOG_PREFIX + label: float(record[metric][key]) for key, label in pairs})
+        if metric in record:  # a value documented as NaN (an alpha not fitted) is not logged
+            out.update({LOG_PREFIX + label: float(record[metric][key]) for key, label in pairs
+                        if math.isfinite(float(record[metric][key]))})
     for i, value in enumerate(record.get("anisotropy", {}).get("anisotropy_layers", [])):
         out[f"{LOG_PREFIX}anisotropy_layer_{i}"] = float(value)
     return out
@@ -329,7 +346,7 @@ def write_evaluation(directory: Path, record: dict, identity: dict, sample: Samp
 
     model, revision = identity["model"], identity["revision"]
     for metric, values in record.items():
-        if metric in ("sequence_losses", "spectrum"):
+        if metric in ("sequence_losses", "spectrum", "diagnostics", "weight_diagnostics"):
             continue
         if METRICS[metric].reads == "cache":
             path = directory / "metrics" / metric / model / f"{revision}.json"
@@ -339,6 +356,10 @@ def write_evaluation(directory: Path, record: dict, identity: dict, sample: Samp
         path = directory / "spectra" / model / f"{revision}.h5"
         path.parent.mkdir(parents=True, exist_ok=True)
         METRICS["spectra"].write(path, record["spectrum"], identity)
+    if record.get("diagnostics") is not None:
+        path = directory / "weight_diagnostics" / model / f"{revision}.h5"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        METRICS["weight_diagnostics"].write(path, record["diagnostics"], identity)
     path = directory / "sequence_losses" / model / f"{revision}.npz"
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.with_suffix(".tmp"), "wb") as handle:
@@ -352,7 +373,7 @@ def metric_files(directory: Path, metric: str, model: str) -> list[Path]:
 
     if METRICS[metric].reads == "cache":
         return sorted((directory / "metrics" / metric / model).glob("*.json"))
-    return sorted((directory / "spectra" / model).glob("*.h5"))
+    return sorted((directory / metric / model).glob("*.h5"))  # a weights metric's files, as the run's (spectra/, ...)
 
 
 def write_tables(directory: Path, metrics, model: str, config_sha256: str) -> dict:
@@ -524,7 +545,8 @@ class SaturationCallback(TrainerCallback):
     extraction, seed and spectra settings are used instead of the schema's. tokenizer: the
     tokenizer directory (default: the Trainer's processing_class, saved under
     <output_dir>/lmsat/tokenizer). metrics: among
-    DEFAULT_METRICS. every_n_steps: also evaluate every N optimizer steps between saves.
+    WATCHABLE (default DEFAULT_METRICS; "weight_diagnostics" adds WeightWatcher's and
+    pico-analyze's per-matrix diagnostics). every_n_steps: also evaluate every N optimizer steps between saves.
     stop_on_saturation: stop training once the verdict is `saturates` (default: only warn).
     alpha: the verdict's level. name: the model's name in the tables (default: the output
     folder's, as `lmsat init` names it). trainer: the Trainer (default: found when training
@@ -564,9 +586,9 @@ class SaturationCallback(TrainerCallback):
             raise MonitorError("seq_len and n_tokens set how a sample is built from text=; a sample= file is used as built. "
                                "Fix: leave them out, or pass text=")
         metrics = tuple(metrics)
-        unknown = [m for m in metrics if m not in DEFAULT_METRICS]
+        unknown = [m for m in metrics if m not in WATCHABLE]
         if unknown:
-            raise MonitorError(f"metrics {unknown} are not watched during training. Fix: choose among {', '.join(DEFAULT_METRICS)}")
+            raise MonitorError(f"metrics {unknown} are not watched during training. Fix: choose among {', '.join(WATCHABLE)}")
         missing = sorted({need for m in metrics for t in METRICS[m].tables.values() for need in t.needs}
                          - {t for m in metrics for t in METRICS[m].tables})
         if missing:

@@ -583,6 +583,12 @@ def _check_references(config: dict, models: dict[str, ModelEntry]) -> None:
                         "metrics", f"metric {metric!r} needs table {need!r} of metric {owner!r}",
                         f"add {owner} to metrics (or leave metrics null for all)",
                     )
+    if "representation_similarity" in planned and config["extraction"]["layer_sample"] < 4:
+        raise ConfigError(
+            "extraction.layer_sample", f"{config['extraction']['layer_sample']} tokens per layer: representation_similarity "
+            "compares every layer over these tokens and needs at least 4 (debiased CKA)",
+            "set extraction.layer_sample to 4 or more (default 4096), or leave representation_similarity out of metrics",
+        )
     for needed, why in (("loss", "best and final checkpoints, Table 1 and Fig. 1b read its table"),
                         ("spectra", "the bottleneck section reads the final head's spectrum")):
         if needed not in planned and (needed == "loss" or config["bottleneck"]["models"]):

@@ -10,6 +10,11 @@ The workflow plans from this registry alone (config `metrics:` names entries; th
     reads="weights"  compute(lm, job) -> result, then write(path, result, record): every
                      weight metric of a checkpoint runs in its one analyse_checkpoint job,
                      which loads the weights once (an HDF5 file per checkpoint x metric)
+    reads="cache_pairs"  compute(cache, references) -> flat dict of JSON values: a checkpoint's
+                     cache beside the caches of the model's final and previous checkpoints
+                     (references: {"final": (revision, step, cache), "previous": the same or
+                     None for the first}), one job per checkpoint x metric (rule
+                     compare_checkpoint_caches, a JSON record per checkpoint)
 
     tables: name -> Table(build(files, needed_tables, model_order, **options, **facts) -> DataFrame,
             needs=..., options=..., facts=...) (rule tabulate_metric, one generic rule for every
@@ -34,7 +39,7 @@ import numpy as np
 
 from lmsat import tables
 
-READS = ("cache", "weights")
+READS = ("cache", "weights", "cache_pairs")
 
 
 @dataclass(frozen=True)
@@ -54,7 +59,7 @@ FACTS = ("vocab_sizes", "gone")
 @dataclass(frozen=True)
 class Metric:
     name: str
-    reads: str  # "cache": the hidden-state cache; "weights": the loaded checkpoint
+    reads: str  # "cache": the hidden-state cache; "weights": the loaded checkpoint; "cache_pairs": two caches
     higher_is_better: bool | None  # None: neither (a diagnostic)
     description: str
     compute: Callable
@@ -300,3 +305,108 @@ def attention(lm, job: WeightsJob) -> dict:
         ) from error
     logging.getLogger(__name__).info("%s: attention of %d layers x %d heads", job.model, shape["n_layers"], shape["n_heads"])
     return dict(arrays=arrays, shape=shape, hidden_size=int(lm_head_matrix(lm).shape[1]))
+
+
+# ---------------------------------------------------------------- the peers' per-layer measures
+# WeightWatcher's and pico-analyze's per-layer diagnostics of the weights (lmsat.weight_diagnostics)
+# and representation similarity across checkpoints (lmsat.similarity).
+
+
+def _write_weight_diagnostics(path, result: dict, record: dict) -> None:
+    from lmsat.weight_diagnostics import write_diagnostics
+
+    write_diagnostics(path, result, record)
+
+
+@register(
+    "weight_diagnostics",
+    reads="weights",
+    higher_is_better=None,
+    description="per linear layer and the LM head: WeightWatcher's power-law alpha (with its fit), stable rank and MP soft "
+    "rank; pico-analyze's PER, Gini, Hoyer, condition number and norms",
+    tables={
+        "weight_alpha": Table(partial(tables.weight_diagnostics_from_files, part="alpha")),
+        "weight_sparsity": Table(partial(tables.weight_diagnostics_from_files, part="sparsity")),
+    },
+    write=_write_weight_diagnostics,
+)
+def weight_diagnostics(lm, job: WeightsJob) -> dict:
+    """Every matrix's diagnostics of `lm` on its device (lmsat.weight_diagnostics); the head's
+    vocabulary padding rows dropped as for its spectrum (spectra.drop_padding_rows)."""
+    import logging
+    import time
+
+    from lmsat.weight_diagnostics import WeightDiagnosticsError, model_diagnostics
+
+    n_valid = None
+    if job.drop_padding_rows:
+        from lmsat.degeneration import valid_head_rows
+        from lmsat.models import load_tokenizer
+
+        size = len(load_tokenizer(job.tokenizer_spec, job.tokenizer))
+        n_valid = valid_head_rows(lm.get_output_embeddings().weight.shape[0], size, True, job.tokenizer)
+    start = time.perf_counter()
+    try:
+        arrays = model_diagnostics(lm, job.model, n_valid)
+    except WeightDiagnosticsError as error:  # it names the matrix: add the fix
+        from lmsat.models import ModelLoadError
+
+        raise ModelLoadError(
+            f"{error}. Fix: the weights are broken (NaN/Inf); fetch or save the checkpoint again, or leave the "
+            "revision out"
+        ) from error
+    logging.getLogger(__name__).info(
+        "%s: diagnostics of %d matrices in %.2f s (%d not ok: %s)", job.model, len(arrays["name"]),
+        time.perf_counter() - start, int((arrays["status"] != "ok").sum()),
+        sorted(set(arrays["status"]) - {"ok"}) or "none",
+    )
+    return arrays
+
+
+def _reference_layers(cache, reference, kind: str):
+    """The `layers` dataset of a reference cache, checked to hold the same tokens as `cache`'s."""
+    from lmsat.cache import CacheError
+
+    revision, _, other = reference
+    if other["layers"].shape[:2] != cache["layers"].shape[:2] or not np.array_equal(
+        other["layer_index"][...], cache["layer_index"][...]
+    ):
+        raise CacheError(
+            f"{cache.filename} and the {kind} checkpoint's {other.filename} ({revision}) hold other tokens in `layers` "
+            f"(shapes {cache['layers'].shape}, {other['layers'].shape}, or another layer_index): they were made with other "
+            "extraction settings. Fix: delete the older of the two and rerun"
+        )
+    return other["layers"]
+
+
+@register(
+    "representation_similarity",
+    reads="cache_pairs",
+    higher_is_better=None,
+    description="linear CKA (and debiased), SVCCA and PWCCA of every layer's hidden states (the sampled tokens) with "
+    "the final checkpoint's and with the previous checkpoint's",
+    tables={"representation_similarity": Table(tables.similarity_from_records)},
+)
+def representation_similarity(cache, references: dict) -> dict:
+    """Per hidden state (0 = embeddings, n_layers = the last layer, post final norm), the
+    similarities of lmsat.similarity between this checkpoint's `layers` and each reference's:
+    the same k sampled tokens (layer_index) at every checkpoint."""
+    from lmsat.cache import CacheError
+    from lmsat.similarity import SimilarityError, layer_similarities
+
+    layers = cache["layers"]  # (n_states, k, w), read a hidden state at a time
+    values = {"n_layers": int(layers.shape[0] - 1), "n_tokens": int(layers.shape[1])}
+    compared = {}
+    for kind in ("final", "previous"):
+        reference = references.get(kind)
+        values[f"{kind}_revision"] = "" if reference is None else reference[0]
+        values[f"{kind}_step"] = -1 if reference is None else int(reference[1])
+        if reference is not None:
+            compared[kind] = _reference_layers(cache, reference, kind)
+    try:
+        measured = layer_similarities(layers, compared)
+    except SimilarityError as error:
+        raise CacheError(f"{cache.filename} against its {' and '.join(compared)} checkpoint(s): {error}") from None
+    for kind, series in measured.items():
+        values.update({f"{name}_{kind}": values_ for name, values_ in series.items()})
+    return values

@@ -389,9 +389,62 @@ def published_section(published: pd.DataFrame, source: dict, shots: int) -> list
             html_table(shown.drop(columns=["published_stderr"]), css_class="sortable published")]
 
 
+def _plus_minus(value: float, error: float) -> str:
+    return "–" if math.isnan(value) else f"{value:.3g} ± {error:.2g}"
+
+
+def dynamics_rows(loss: pd.DataFrame, alpha: pd.DataFrame | None = None,
+                  similarity: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One row per model (loss table order): at its best (loss-minimising) and final
+    checkpoints, the LM head's power-law alpha with its standard error, stable rank and MP
+    soft rank (weight_alpha.csv, WeightWatcher's measures), and the last layer's linear CKA,
+    plain and debiased, between the best and the final checkpoint (representation_similarity.csv)."""
+    rows = []
+    for model, of_model in loss.groupby("model", sort=False):
+        best = of_model[of_model["is_best"].astype(bool)].iloc[0]
+        final = of_model[of_model["is_final"].astype(bool)].iloc[0]
+        row = dict(model=model, best_step=int(best["step"]), final_step=int(final["step"]))
+        if alpha is not None:
+            head = alpha[(alpha["model"] == model) & (alpha["matrix"] == "head")].set_index("revision")
+            for kind, at in (("best", best), ("final", final)):
+                found = head.loc[at["revision"]] if at["revision"] in head.index else None
+                row[f"head_alpha_{kind}"] = (_plus_minus(float(found["alpha"]), float(found["alpha_sigma"]))
+                                             if found is not None else "–")
+            for column in ("stable_rank", "mp_softrank"):
+                for kind, at in (("best", best), ("final", final)):
+                    row[f"head_{column}_{kind}"] = (float(head.loc[at["revision"], column]) if at["revision"] in head.index
+                                                    else math.nan)
+        if similarity is not None:
+            last = similarity[(similarity["model"] == model) & (similarity["reference"] == "final")
+                              & (similarity["revision"] == best["revision"])]
+            last = last[last["layer"] == last["layer"].max()] if len(last) else last
+            for column in ("cka", "cka_debiased"):
+                row[f"last_layer_{column}_best_final"] = float(last[column].iloc[0]) if len(last) else math.nan
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def dynamics_section(rows: pd.DataFrame) -> list[str]:
+    """The summary's part on the peers' measures at the best and final checkpoints (dynamics_rows)."""
+    note = ("WeightWatcher's and pico-analyze's measures at each model's best and final checkpoints. The paper ties "
+            "saturation to the LM head's spectrum collapsing: a head stable rank and MP soft rank lower at the final "
+            "than at the best checkpoint is that collapse (Fig. 4's curves, in one number each; no interval: compare it "
+            "with the table's changes between neighbouring checkpoints). head_alpha: the power-law exponent of the "
+            "head's eigenvalue tail ± its standard error as WeightWatcher fits it; its reading (2 to 6 well trained, "
+            "below 2 over-fitted) comes from large layers, and a toy's head has too few eigenvalues to trust it; where the "
+            "table's alpha_D_margin is below about 0.02 its xmin, and so alpha, may differ on another CPU. "
+            "last_layer_cka_best_final: linear CKA of the last layer's representations at the best and at the final "
+            "checkpoint over the same tokens; below 1 the representations changed after the loss-minimising "
+            "checkpoint, in a way CKA sees (not a rotation or a rescaling); its debiased form removes the part an "
+            "unrelated pair would show at this sample size. Tables: results/tables/weight_alpha.csv, "
+            "representation_similarity.csv.")
+    return ["<h2>Weight and representation diagnostics at the best and final checkpoints</h2>",
+            f"<p class=\"note\">{html.escape(note)}</p>", html_table(rows, css_class="sortable dynamics")]
+
+
 def summary_page(title: str, facts: list[str], numbers: pd.DataFrame, comparison: pd.DataFrame,
                  source: str, figures=(), published: pd.DataFrame | None = None, published_source=None,
-                 shots: int = 0, verdicts: pd.DataFrame | None = None) -> str:
+                 shots: int = 0, verdicts: pd.DataFrame | None = None, dynamics: pd.DataFrame | None = None) -> str:
     """The report's first page: the saturation verdict of each model (`verdicts`, the table
     saturation_verdicts), the run's facts, a link to each of its figures (`figures`:
     (title, path in the report, href from this page)), its key numbers, the paper's values
@@ -426,6 +479,7 @@ def summary_page(title: str, facts: list[str], numbers: pd.DataFrame, comparison
         "risen_up_to_rank: largest rank r whose rank-r head loses to the full head by more than "
         "bottleneck.rise_tolerance (Fig. 6). Tables: results/tables.</p>",
         html_table(numbers, css_class="sortable key-numbers"),
+        *(dynamics_section(dynamics) if dynamics is not None and len(dynamics) else []),
         "<h2>Compared with the paper</h2>",
         f"<p class=\"note\">{html.escape(intro)} Paper values: {html.escape(source)}, "
         "section and figure as given (~ marks a value the paper gives approximately).</p>",

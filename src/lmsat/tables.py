@@ -853,3 +853,73 @@ def monotone_violations(heads, slack: float) -> list[tuple[str, int, int]]:
                 if losses[j] > losses[i] + slack:
                     bad.append((model, int(ranks[i]), int(ranks[j])))
     return bad
+
+
+# ---- the peers' per-layer measures: weight diagnostics (WeightWatcher, pico-analyze) and
+# representation similarity across checkpoints (lmsat.weight_diagnostics, lmsat.similarity)
+
+WEIGHT_KEYS = ["layer", "matrix", "rows", "cols"]
+SIMILARITY_MEASURES = ("cka", "cka_debiased", "svcca", "pwcca")
+# in [0, 1] up to rounding; debiased CKA may fall below 0 (an unbiased estimate of a value near 0)
+SIMILARITY_BOUNDS = {"cka": (-1e-9, 1 + 1e-9), "svcca": (-1e-9, 1 + 1e-9), "pwcca": (-1e-9, 1 + 1e-9),
+                     "cka_debiased": (-1.0, 1 + 1e-9)}
+
+
+def weight_diagnostics_from_files(files, needed: dict, model_order: list[str] | None, part: str) -> pd.DataFrame:
+    """One row per checkpoint x matrix (every linear layer of every block in forward order,
+    then the LM head, `matrix` "head", layer n_layers): the WeightWatcher columns (part
+    "alpha": alpha with its fit, stable and MP soft rank) or the pico-analyze ones (part
+    "sparsity": PER, Gini, Hoyer, condition number, norms), each with `status` ("ok", or
+    why some values are NaN: lmsat.weight_diagnostics)."""
+    from lmsat.weight_diagnostics import ALPHA_COLUMNS, SPARSITY_COLUMNS, read_diagnostics
+
+    columns = {"alpha": ALPHA_COLUMNS, "sparsity": SPARSITY_COLUMNS}[part]
+    frames = []
+    for path in files:
+        arrays, attrs = read_diagnostics(path)
+        frame = pd.DataFrame({"layer": arrays["layer"], "matrix": arrays["name"], "rows": arrays["rows"],
+                              "cols": arrays["cols"], **{c: arrays[c] for c in columns}, "status": arrays["status"]})
+        for key in reversed(RECORD_KEYS):
+            frame.insert(0, key, attrs[key])
+        frames.append(frame)
+    if not frames:
+        raise ValueError("no weight diagnostics files to tabulate")
+    table = _flag_final(pd.concat(frames, ignore_index=True))
+    if "alpha_n" in table:
+        table["alpha_n"] = table["alpha_n"].round().astype("Int64")  # a count; empty where alpha is not fitted
+    table["order"] = table.groupby(["model", "revision"]).cumcount()  # forward order within a checkpoint
+    table = in_model_order(table, model_order, ["step", "order"])
+    return table[[*RECORD_KEYS, "is_final", *WEIGHT_KEYS, *columns, "status"]]
+
+
+def similarity_from_records(files, needed: dict, model_order: list[str] | None) -> pd.DataFrame:
+    """One row per checkpoint x reference (the model's final checkpoint, and the previous one
+    where there is one) x hidden state (layer 0 = embeddings, n_layers = the last layer, post
+    final norm): linear CKA, debiased CKA, SVCCA and PWCCA (lmsat.similarity) over the same
+    n_tokens sampled tokens."""
+    records = metric_records(files, ("n_layers", "n_tokens", "final_step", "previous_step"))
+    if not records:
+        raise ValueError("no representation similarity records to tabulate")
+    rows = []
+    for path, record in zip(files, records):
+        where = f"{record['model']}@{record['revision']}"
+        require_keys(path, where, record, ("final_revision", "previous_revision"))
+        for reference in ("final", "previous"):
+            if not record[f"{reference}_revision"]:
+                continue  # the first checkpoint has no previous one
+            series = {m: record.get(f"{m}_{reference}") for m in SIMILARITY_MEASURES}
+            lengths = {m: len(v) if isinstance(v, list) else None for m, v in series.items()}
+            if set(lengths.values()) != {record["n_layers"] + 1}:
+                raise corrupt(path, f"{where}: {reference} similarities of lengths {lengths}, not n_layers + 1 = "
+                                    f"{record['n_layers'] + 1}")
+            check_values(path, where, {m: np.asarray(v, dtype=np.float64) for m, v in series.items()}, SIMILARITY_BOUNDS)
+            for layer in range(record["n_layers"] + 1):
+                rows.append({**{k: record[k] for k in RECORD_KEYS}, "reference": reference,
+                             "reference_revision": record[f"{reference}_revision"],
+                             "reference_step": record[f"{reference}_step"], "layer": layer, "n_layers": record["n_layers"],
+                             "relative_depth": layer / record["n_layers"],
+                             **{m: float(series[m][layer]) for m in SIMILARITY_MEASURES}, "n_tokens": record["n_tokens"]})
+    table = _flag_final(pd.DataFrame.from_records(rows))
+    table = in_model_order(table, model_order, ["step", "reference", "layer"])
+    return table[[*RECORD_KEYS, "is_final", "reference", "reference_revision", "reference_step", "layer", "n_layers",
+                  "relative_depth", *SIMILARITY_MEASURES, "n_tokens"]]

@@ -210,6 +210,9 @@ NGRAM_TOKENIZERS = ngram_tokenizers(CONFIG, MODELS)
 PLANNED_METRICS = (CONFIG["metrics"] or list(METRICS)) if MODELS else []
 CACHE_METRICS = [m for m in PLANNED_METRICS if METRICS[m].reads == "cache"]
 WEIGHT_METRICS = [m for m in PLANNED_METRICS if METRICS[m].reads == "weights"]
+# metrics of a checkpoint's cache beside its final and previous checkpoints' (rule
+# compare_checkpoint_caches, metrics.smk)
+CACHE_PAIR_METRICS = [m for m in PLANNED_METRICS if METRICS[m].reads == "cache_pairs"]
 WEIGHT_METRIC_FILES = {
     m: f"results/{{run}}/{m}/{{model}}/{{revision}}.h5" for m in WEIGHT_METRICS
 }

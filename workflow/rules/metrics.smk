@@ -1,5 +1,7 @@
 # Per-checkpoint metrics (lmsat.metrics.METRICS; `metrics:` in the config picks them): a
-# cache metric's record per checkpoint x metric and one generic rule for every metric table
+# cache metric's record per checkpoint x metric, a record per checkpoint x metric of the
+# metrics that compare its cache with its final and previous checkpoints' (reads=
+# "cache_pairs"), and one generic rule for every metric table
 # (their figures: rule plot_figure, products.smk). Weight metrics are computed by rule
 # analyse_checkpoint (cache.smk), which loads each checkpoint once.
 # Input functions and helpers: metrics_inputs.smk.
@@ -31,6 +33,33 @@ rule compute_checkpoint_metric:
         record=get_checkpoint_record,
     script:
         "../scripts/compute_checkpoint_metric.py"
+
+
+rule compare_checkpoint_caches:
+    input:
+        unpack(get_comparison_caches),
+        sample=get_sample,
+    output:
+        "results/{run}/metrics/{metric}/{model}/{revision}.json",
+    log:
+        "logs/{run}/compare_checkpoint_caches/{metric}/{model}/{revision}.log",
+    wildcard_constraints:
+        metric=_alternatives(CACHE_PAIR_METRICS) or "(?!)",
+    group:
+        "checkpoint_metrics"
+    conda:
+        "../../envs/lmsat.yaml"
+    resources:
+        # three caches' `layers`, a hidden state at a time (float64, SVDs of k x d): seconds for
+        # the toy, minutes per checkpoint at Pythia's widths on a CPU (not measured); as the
+        # checkpoint job's runtime, more at each retry
+        mem_mb=lambda wildcards, attempt: 2000 * attempt,
+        runtime=lambda wildcards, attempt: CONFIG["extraction"]["runtime"] * attempt,
+    params:
+        record=get_checkpoint_record,
+        references=get_comparison_references,
+    script:
+        "../scripts/compare_checkpoint_caches.py"
 
 
 rule tabulate_metric:

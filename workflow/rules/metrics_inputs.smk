@@ -50,3 +50,38 @@ def get_table_options(wildcards):
         gone=GONE,
     )
     return {**options, **{fact: facts[fact] for fact in table.facts}}
+
+
+def comparison_revisions(model, revision):
+    """{"final": the model's final revision, "previous": the revision before `revision` in
+    training order, None for the first}: the checkpoints a cache_pairs metric compares with.
+    """
+    entry = MODELS[model]
+    ordered = sorted(entry.revisions, key=entry.step)
+    at = ordered.index(revision)
+    return dict(final=entry.final_revision, previous=ordered[at - 1] if at else None)
+
+
+def get_comparison_caches(wildcards):
+    """Rule compare_checkpoint_caches: this checkpoint's cache and its references'."""
+    cache = "results/{run}/cache/{model}/{revision}.h5"
+    references = comparison_revisions(wildcards.model, wildcards.revision)
+    return dict(
+        cache=cache.format(run=RUN, model=wildcards.model, revision=wildcards.revision),
+        **{
+            kind: cache.format(run=RUN, model=wildcards.model, revision=revision)
+            for kind, revision in references.items()
+            if revision is not None
+        },
+    )
+
+
+def get_comparison_references(wildcards):
+    """Rule compare_checkpoint_caches: {kind: [revision, step] or None} of its references."""
+    entry = MODELS[wildcards.model]
+    return {
+        kind: None if revision is None else [revision, entry.step(revision)]
+        for kind, revision in comparison_revisions(
+            wildcards.model, wildcards.revision
+        ).items()
+    }

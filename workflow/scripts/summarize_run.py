@@ -15,7 +15,7 @@ import pandas as pd
 from lmsat.io import atomic_path, read_record, setup_logging
 from lmsat.published import compare, published_evals
 from lmsat.published import source as published_source
-from lmsat.report import comparison_text, key_numbers, paper_comparison, paper_values, summary_page
+from lmsat.report import comparison_text, dynamics_rows, key_numbers, paper_comparison, paper_values, summary_page
 from lmsat.tables import read_table, write_csv
 
 log = logging.getLogger(__name__)
@@ -55,6 +55,9 @@ def main(snakemake):
     table1 = read_table(inputs.table1) if "table1" in inputs.keys() else None
     heads = read_table(inputs.heads) if "heads" in inputs.keys() else None
     verdicts = read_table(inputs.verdicts) if "verdicts" in inputs.keys() else None  # metrics without loss
+    alpha = read_table(inputs.alpha) if "alpha" in inputs.keys() else None  # the weight and similarity diagnostics
+    similarity = read_table(inputs.similarity) if "similarity" in inputs.keys() else None
+    dynamics = dynamics_rows(loss, alpha, similarity) if alpha is not None or similarity is not None else None
     paper = paper_values()
     comparison = paper_comparison(paper, dict(params.suites), fit=fit, table1=table1, heads=heads)
     numbers = key_numbers(loss, dict(params.hidden_sizes), shortfall=shortfall, heads=heads)
@@ -80,7 +83,7 @@ def main(snakemake):
         Path(tmp).write_text(
             summary_page("lmsat: run summary", facts, numbers, comparison, paper["source"], figures=figures,
                          published=published, published_source=published_source(),
-                         shots=params.num_fewshot, verdicts=verdicts),
+                         shots=params.num_fewshot, verdicts=verdicts, dynamics=dynamics),
             encoding="utf-8",
         )
     write_csv(comparison, snakemake.output.comparison, params.config_sha256)
