@@ -87,6 +87,7 @@ LAYERS = {
     "lmsat.synthetic": COMPUTE,
     "lmsat.toy": COMPUTE,
     "lmsat.verdict": COMPUTE,
+    "lmsat.gradient_bottleneck": COMPUTE,
     # 3 registries: products by name
     "lmsat.metrics": REGISTRY,
     "lmsat.tables": REGISTRY,

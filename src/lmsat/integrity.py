@@ -43,6 +43,7 @@ REMADE_BY = (
     (r"/bottleneck/runs/", "train_rank_head"),
     (r"/cache/", "analyse_checkpoint"),
     (r"/(spectra|attention)/", "analyse_checkpoint"),
+    (r"/gradient_bottleneck/", "analyse_checkpoint"),
     (r"/metrics/", "compute_checkpoint_metric"),
     (r"/evaluation/", "evaluate_checkpoint"),
     (r"/params/", "count_model_parameters"),

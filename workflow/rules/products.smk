@@ -277,7 +277,8 @@ def summary_figures():
 
 def get_summary_inputs(wildcards):
     """The tables the summary reads: loss and its saturation verdicts always; the fit,
-    Table 1, the rank-r heads and the identical weights when the config makes them (the
+    Table 1, the rank-r heads, the gradient bottleneck and the identical weights when the
+    config makes them (the
     summary builds from whatever the run has), and beside Table 1 EleutherAI's published
     evaluations (lmsat.published)."""
     inputs = dict(loss=f"results/{RUN}/tables/loss.csv")
@@ -288,6 +289,7 @@ def get_summary_inputs(wildcards):
         shortfall="scaling_shortfall",
         table1="table1",
         heads="bottleneck_heads",
+        gradient="gradient_bottleneck",
     )
     for key, name in named.items():
         if name in PLANNED_TABLES:
