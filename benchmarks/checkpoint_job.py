@@ -467,8 +467,7 @@ def main() -> None:
         print(f"{name:<34}{seconds:>9.2f}   {note}")
     print(f"{'whole job (process wall)':<34}{job_wall:>9.2f}   limit {limit:.2f} s")
     if args.without:
-        print(f"
-without {args.without}: whole job {wall_without:.2f} s, its weight analyses {job_without['weights']:.2f} s, "
+        print(f"\nwithout {args.without}: whole job {wall_without:.2f} s, its weight analyses {job_without['weights']:.2f} s, "
               f"on the cache {job_without['weights_finish']:.2f} s, forward {job_without['forward']:.2f} s")
         print(f"ratio job / limit without {args.without}    {wall_without / limit:6.2f}")
         print(f"ratio job / limit with it                  {job_wall / limit:6.2f}   "

@@ -70,7 +70,12 @@ def test_analyse_on_the_run_s_sample_equals_the_workflow(toy_run):
     assert abs(metrics["spectra"]["singular_entropy_sigma"] - singular_entropy(head_s)) < TOL
     assert metrics["spectra"]["n_valid_rows"] >= len(head_s)
     assert out["sample"]["path"] == str(sample) and out["sample"]["kind"] == "sample"
-    assert set(metrics) == {"loss", "anisotropy", "effective_rank", "spectra", "attention"}
+    assert set(metrics) == {"loss", "anisotropy", "effective_rank", "spectra", "attention", "gradient_bottleneck"}
+    from lmsat.gradient_bottleneck import read_gradient_file, summarize  # the job's file (analyse_checkpoint's output)
+
+    job = summarize(read_gradient_file(results / f"gradient_bottleneck/{MODEL}/{REVISION}.h5"))
+    for key in ("energy_kept", "energy_kept_sem", "norm_kept", "energy_kept_rare", "random_energy"):
+        assert abs(metrics["gradient_bottleneck"][key] - job[key]) < TOL, key
     assert len(metrics["attention"]["qk"]["effective_rank"]["median_per_layer"]) == metrics["attention"]["shape"]["n_layers"]
 
 

@@ -405,10 +405,10 @@ def test_the_figure_draws_the_kept_share_per_model_with_rank_over_v_marked(tmp_p
 
 @pytest.mark.parametrize("n_checkpoints", [3, 8, 154])
 def test_no_two_tick_labels_of_the_figure_overlap(tmp_path, n_checkpoints):
-    from test_figure_legibility import assert_no_overlap, run_steps
-
     from lmsat.figures import FIGURES
     from lmsat.figures.style import plt
+
+    from test_figure_legibility import assert_no_overlap, run_steps
 
     table = synthetic_table(tmp_path, steps=tuple(run_steps(n_checkpoints)))
     fig = FIGURES["gradient_bottleneck"].plot({"gradient_bottleneck": table}, [])
