@@ -476,6 +476,8 @@ def main() -> None:
     print(f"\nratio job / limit                         {job_wall / limit:6.2f}   (target <= 2 on a GPU)")
     print(f"ratio extraction / (bare forward + write) {extraction_s / (forward['forward'] + write):6.2f}   (target <= 1.2)")
     print(f"weight analyses / job                     {100 * job['weights'] / job_wall:5.1f} %  (target < 5 %)")
+    if job["weights_finish"]:  # both phases in one process: robust to the load of a shared machine drifting
+        print(f"weights metrics on the cache / the job's forward {job['weights_finish'] / job['forward']:6.2f}")
     estimate = mem_mb_estimate(args.shape, args)
     memory = f"host peak RSS {job['rss_mb']:.0f} MB (mem_mb estimate {estimate} MB incl. base {args.base_mb})"
     if "cuda_peak_mb" in job:

@@ -184,11 +184,11 @@ def float64_from_the_models_forward(checkpoint, tokens) -> dict:
     g = p.copy()
     np.put_along_axis(g, targets[..., None], np.take_along_axis(g, targets[..., None], axis=-1) - 1.0, axis=-1)
     projector, rank = brute_projector(lm.get_output_embeddings().weight.detach().numpy())
-    kept = np.einsum("stv,vw,stw->st", g, projector, g)  # ||P g||^2 (P symmetric, idempotent)
+    kept = ((g @ projector) * g).sum(axis=-1)  # g^T P g = ||P g||^2 (P symmetric, idempotent)
     total = (g**2).sum(axis=-1)
     energy = kept / total  # (n_seq, L - 1)
-    counts = np.bincount(targets.ravel(), minlength=V)
-    order = sorted(range(V), key=lambda i: (-counts[i], i))
+    counts = np.bincount(targets.ravel(), minlength=logits.shape[-1])
+    order = sorted(range(logits.shape[-1]), key=lambda i: (-counts[i], i))
     covered, frequent = 0, set()
     for i in order:  # the most frequent ids until half the targets
         frequent.add(i)
@@ -216,7 +216,8 @@ def float64_from_the_models_forward(checkpoint, tokens) -> dict:
     for q in (5, 25, 50, 75, 95):
         row[f"energy_kept_q{q:02d}"] = np.quantile(energy, q / 100)
         row[f"norm_kept_q{q:02d}"] = np.quantile(np.sqrt(energy), q / 100)
-    row.update(rank=rank, vocab_rows=V, hidden_size=D, random_energy=rank / V, n_tokens=targets.size, n_seq=n,
+    rows, d = logits.shape[-1], lm.config.hidden_size
+    row.update(rank=rank, vocab_rows=rows, hidden_size=d, random_energy=rank / rows, n_tokens=targets.size, n_seq=n,
                frequent_types=len(frequent), frequent_share=covered / targets.size)
     return row
 
@@ -243,6 +244,37 @@ def test_the_table_equals_an_independent_float64_computation_from_the_model_s_ow
     assert row["random_norm"] == pytest.approx(random_norm(row["rank"], V), rel=1e-12)
     assert 0 < row["energy_kept"] < 1 and row["energy_kept_sem"] > 100 * SHARE_TOL  # a real, measured spread
     assert row["energy_kept_q05"] < row["energy_kept_q50"] < row["energy_kept_q95"]
+
+
+def check_default_run(results) -> None:
+    """The default run's table: a row per toy checkpoint, and at the first and last
+    checkpoints of the narrowest and widest model the float64 computation from the model's
+    own forward on the run's sample; its figure and summary line are there."""
+    from lmsat.corpus import read_sample
+    from lmsat.tables import read_table
+
+    table = read_table(results / "tables" / "gradient_bottleneck.csv")
+    steps = [0, 1, 4, 16, 64, 200, 400, 600, 800]
+    models = ["toy-d16", "toy-d32", "toy-d64", "toy-d128"]
+    assert table["model"].tolist() == [m for m in models for _ in steps] and table["step"].tolist() == steps * 4
+    tokens, _ = read_sample(results / "samples" / "synthetic" / "toy.h5")
+    for model, revision in (("toy-d16", "step0"), ("toy-d16", "step800"), ("toy-d128", "step0"), ("toy-d128", "step800")):
+        hub = results / "toy" / "hub" / f"models--lmsat-toy--{model}"
+        truth = float64_from_the_models_forward(hub / "snapshots" / (hub / "refs" / revision).read_text().strip(), tokens)
+        row = table[(table["model"] == model) & (table["revision"] == revision)].iloc[0]
+        for column, value in truth.items():
+            if isinstance(value, (int, np.integer)):
+                assert row[column] == value, (model, revision, column)
+            else:
+                assert abs(row[column] - value) <= SHARE_TOL, (model, revision, column, row[column], value)
+    assert (results / "figures" / "gradient_bottleneck.png").stat().st_size > 0
+    summary = (results / "report" / "summary.html").read_text(encoding="utf-8")
+    assert "Gradient bottleneck at each model&#x27;s final checkpoint" in summary
+    assert "Loses the most: toy-d16 (" in summary
+
+
+def test_the_default_run_has_a_row_per_toy_checkpoint_equal_to_float64_from_the_model_s_forward(default_run):
+    check_default_run(default_run[0] / "results" / "default")
 
 
 def test_the_checkpoint_job_shares_one_gram_and_its_spectrum_is_unchanged(toy):

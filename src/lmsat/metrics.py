@@ -277,16 +277,13 @@ def _write_spectrum(path, result: dict, record: dict) -> None:
     write=_write_spectrum,
 )
 def spectra(lm, job: WeightsJob) -> dict:
-    """The head spectrum of `lm` on its device (lmsat.degeneration.head_spectrum)."""
+    """The head spectrum of `lm` on its device (lmsat.degeneration.head_spectrum), from the
+    head's Gram this job shares with the gradient bottleneck (_head_gram)."""
     import logging
 
     from lmsat.degeneration import head_spectrum
 
-    tokenizer_size = None
-    if job.drop_padding_rows:
-        from lmsat.models import load_tokenizer
-
-        tokenizer_size = _tokenizer_size(job) if job.tokenizer_spec else len(load_tokenizer(job.tokenizer_spec, job.tokenizer))
+    tokenizer_size = _tokenizer_size(job) if job.drop_padding_rows else None
     n_valid, gram = _head_gram(lm, job)
     tall = n_valid >= gram.shape[0]  # a (d, d) Gram gives the spectrum of a tall head only
     spectrum = head_spectrum(lm, tokenizer_size, job.drop_padding_rows, job.tokenizer, pool=job.pool,

@@ -24,6 +24,7 @@ import torch
 
 from lmsat.cache import ExtractionSettings, extract_to_cache, open_cache
 from lmsat.corpus import read_sample
+from lmsat.integrity import verify_hdf5
 from lmsat.io import setup_logging
 from lmsat.metrics import METRICS, WeightsJob, finish_weights
 from lmsat.models import check_sequence_length, check_token_ids, job_device, load_causal_lm
@@ -90,7 +91,9 @@ def main(snakemake) -> dict:
         seconds.update(forward=extracted["forward"], cache_write=extracted["write"])
         seconds["extract_other"], start = _now(device) - start - sum(extracted.values()), _now(device)
         if any(METRICS[name].finish for name in analysed):  # metrics of the weights and the cached states
-            with open_cache(snakemake.output.cache, expect=dict(sample_sha256=sample["sha256"])) as cache:
+            path = snakemake.output.cache
+            with open_cache(path, expect=dict(sample_sha256=sample["sha256"]), verify=False) as cache:
+                verify_hdf5(cache, path, ("hidden",))  # what they read, against its checksums hashed from memory
                 analysed = finish_weights(analysed, cache, tokens)
         seconds["weights_finish"], start = _now(device) - start, _now(device)
         write_weights(snakemake.output, analysed, params.record)  # waits for the hashes
