@@ -4,6 +4,7 @@
     python benchmarks/checkpoint_job.py --shape 1.4b --device cuda --dtype float32
     python benchmarks/checkpoint_job.py --shape 1.4b --device cpu --weights-only --compare-old
     python benchmarks/checkpoint_job.py --shape 14m --device cpu                # quick check
+    python benchmarks/checkpoint_job.py --shape 160m --device cpu --dtype float32 --without gradient_bottleneck
 
 Builds a random GPT-NeoX of the Pythia shape (N(0, 0.02) weights, layer norms 1), saves it
 as float16 safetensors (as Pythia's checkpoints are stored), then, side by side in one run,
@@ -27,6 +28,12 @@ each in a fresh process:
 
   peers   --peers: WeightWatcher's SVD of the head and IsoScore over the cache's layers, each
           beside ours on the same data (import them from PYTHONPATH; absent ones are named).
+  without --without METRIC: the job once more without that weights metric (e.g. the gradient
+          bottleneck, which reads the cache after the forward), its ratio beside the job's:
+          what the metric costs, measured in the same run.
+
+The job runs every registered weights metric (lmsat.metrics, reads="weights"), or those of
+--weight-metrics.
 
 On the lent GPU machine (no jsonschema there, which lmsat.config imports), carry a
 jsonschema wheel and its pure-Python dependencies, or put them on PYTHONPATH.
@@ -182,6 +189,13 @@ def child_start(device: str) -> dict:
     return {}
 
 
+def weights_metrics() -> list[str]:
+    """Every registered weights metric (lmsat.metrics), in registry order."""
+    from lmsat.metrics import METRICS
+
+    return [name for name, metric in METRICS.items() if metric.reads == "weights"]
+
+
 def _job_namespace(checkpoint: Path, out: Path, sample: Path, args) -> object:
     from types import SimpleNamespace  # as Snakemake's job object, without snakemake (absent on GPU nodes)
 
@@ -194,7 +208,7 @@ def _job_namespace(checkpoint: Path, out: Path, sample: Path, args) -> object:
     )
     return SimpleNamespace(
         input=SimpleNamespace(sample=str(sample)),
-        output=SimpleNamespace(**{k: str(out / f"{k}.h5") for k in ("cache", "spectra", "attention")}),
+        output=SimpleNamespace(**{k: str(out / f"{k}.h5") for k in ("cache", *args.weight_metrics)}),
         log=[str(out / "job.log")],
         wildcards=SimpleNamespace(model=entry["name"], revision=revision),
         params=SimpleNamespace(
@@ -202,7 +216,7 @@ def _job_namespace(checkpoint: Path, out: Path, sample: Path, args) -> object:
             record=dict(suite="bench", model=entry["name"], revision=revision, step=0, tokens=0),
             tokenizer={},
             drop_padding_rows=False,  # no Pythia tokenizer offline: every head row enters the SVD
-            weight_metrics=["spectra", "attention"],
+            weight_metrics=list(args.weight_metrics),
             extraction=args.extraction,
             seed=0,
         ),
@@ -255,12 +269,13 @@ def child_weights(checkpoint: str, args) -> dict:
             analysed |= script.analyse_weights(lm, entry, "step0", SimpleNamespace(**{**vars(ns.params), "weight_metrics": [metric]}), pool)
             sync()
             per_metric[metric] = time.perf_counter() - metric_start
-        spectrum, arrays = analysed["spectra"], analysed["attention"]["arrays"]
         analyses = time.perf_counter() - start
-        hashes = [spectrum[k].result() for k in ("head_sha256", "embedding_sha256")]
+        spectrum, attention = analysed.get("spectra"), analysed.get("attention")
+        hashes = [spectrum[k].result() for k in ("head_sha256", "embedding_sha256")] if spectrum else [""]
     total = time.perf_counter() - start
-    return dict(analyses=analyses, with_hashes=total, per_metric=per_metric, s1=float(spectrum["singular_values"][0]),
-                hash=hashes[0][:12], qk_s1=float(arrays["qk/singular_values"][0, 0, 0]))
+    return dict(analyses=analyses, with_hashes=total, per_metric=per_metric,
+                s1=float(spectrum["singular_values"][0]) if spectrum else float("nan"), hash=hashes[0][:12],
+                qk_s1=float(attention["arrays"]["qk/singular_values"][0, 0, 0]) if attention else float("nan"))
 
 
 def child_old_weights(checkpoint: str, args) -> dict:
@@ -362,6 +377,8 @@ def main() -> None:
     parser.add_argument("--weights-only", action="store_true",
                         help="skip the job and its limit: time the weight analyses alone, per metric (+ --compare-old)")
     parser.add_argument("--peers", action="store_true", help="also time WeightWatcher and IsoScore (if importable)")
+    parser.add_argument("--weight-metrics", nargs="+", metavar="METRIC", help="the job's weights metrics (default: all)")
+    parser.add_argument("--without", metavar="METRIC", help="also run the job without this weights metric, side by side")
     parser.add_argument("--workdir", type=Path, help="where checkpoints are built and kept (default: a temp dir)")
     parser.add_argument("--threads", type=int, default=os.cpu_count(),
                         help="CPU threads of every child (torch and BLAS); 1 is robust on a shared machine")
@@ -383,14 +400,18 @@ def main() -> None:
     from lmsat.config import load_yaml
     from lmsat.corpus import write_sample
 
+    args.weight_metrics = args.weight_metrics or weights_metrics()
+    if args.without and args.without not in args.weight_metrics:
+        parser.error(f"--without {args.without}: not among the job's weights metrics {args.weight_metrics}")
     extraction = dict(load_yaml(ROOT / "config" / "pythia.yaml")["extraction"])
     extraction.update({k: v for k, v in (("dtype", args.dtype), ("storage_dtype", args.storage_dtype)) if v})
     if args.sequences is None:  # config/pythia.yaml's sample: 50,000 tokens in 2048-token sequences -> 25
         sample_config = load_yaml(ROOT / "config" / "pythia.yaml")["sample"]
         args.sequences = -(-sample_config["n_tokens"] // sample_config["seq_len"])
     args.extraction = extraction
-    shared = json.dumps(dict(extraction=extraction, shape=args.shape, device=args.device, sequences=args.sequences,
-                             seq_len=args.seq_len, threads=args.threads))
+    common = dict(extraction=extraction, shape=args.shape, device=args.device, sequences=args.sequences,
+                  seq_len=args.seq_len, threads=args.threads)
+    shared = json.dumps(dict(common, weight_metrics=args.weight_metrics))
     threads = {k: str(args.threads) for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
     env = dict(os.environ, **threads, PYTHONPATH=f"{ROOT / 'src'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="checkpoint_job_"))
@@ -418,6 +439,11 @@ def main() -> None:
     read = read_bytes(checkpoint / "model.safetensors")
     forward, _ = child("forward", str(checkpoint), env=env)
     job, job_wall = child("job", str(checkpoint), str(out), str(sample), env=env)
+    if args.without:  # the same job without one metric, right after (the same load on a shared machine)
+        fewer = json.dumps(dict(common, weight_metrics=[m for m in args.weight_metrics if m != args.without]))
+        out_without = Path(tempfile.mkdtemp(prefix="job_without_", dir=workdir))
+        job_without, wall_without = run_child("job", str(checkpoint), str(out_without), str(sample), "--args-json", fewer,
+                                              env=env)
     import h5py
 
     with h5py.File(out / "cache.h5", "r") as f:
@@ -434,14 +460,24 @@ def main() -> None:
             ("forward (+ losses, gathers, copy)", job["forward"], f"bare forward {forward['forward']:.2f} s"),
             ("cache write", job["cache_write"], f"write {cache_bytes / 1e6:.0f} MB {write:.2f} s"),
             ("extraction other", job["extract_other"], ""),
+            ("weights metrics on the cache", job["weights_finish"], ""),
             ("weights files (+ hash wait)", job["weights_write"], "")]
+    print(f"weights metrics: {', '.join(args.weight_metrics)}")
     for name, seconds, note in rows:
         print(f"{name:<34}{seconds:>9.2f}   {note}")
     print(f"{'whole job (process wall)':<34}{job_wall:>9.2f}   limit {limit:.2f} s")
+    if args.without:
+        print(f"\nwithout {args.without}: whole job {wall_without:.2f} s, its weight analyses {job_without['weights']:.2f} s, "
+              f"on the cache {job_without['weights_finish']:.2f} s, forward {job_without['forward']:.2f} s")
+        print(f"ratio job / limit without {args.without}    {wall_without / limit:6.2f}")
+        print(f"ratio job / limit with it                  {job_wall / limit:6.2f}   "
+              f"({args.without}: {job_wall - wall_without:+.2f} s of job wall)")
     extraction_s = job["forward"] + job["cache_write"] + job["extract_other"]
     print(f"\nratio job / limit                         {job_wall / limit:6.2f}   (target <= 2 on a GPU)")
     print(f"ratio extraction / (bare forward + write) {extraction_s / (forward['forward'] + write):6.2f}   (target <= 1.2)")
     print(f"weight analyses / job                     {100 * job['weights'] / job_wall:5.1f} %  (target < 5 %)")
+    if job["weights_finish"]:  # both phases in one process: robust to the load of a shared machine drifting
+        print(f"weights metrics on the cache / the job's forward {job['weights_finish'] / job['forward']:6.2f}")
     estimate = mem_mb_estimate(args.shape, args)
     memory = f"host peak RSS {job['rss_mb']:.0f} MB (mem_mb estimate {estimate} MB incl. base {args.base_mb})"
     if "cuda_peak_mb" in job:
@@ -493,7 +529,7 @@ def time_weights(args, child, checkpoint: Path, workdir: Path, env: dict) -> Non
 
 
 
-PHASES = ("load", "weights", "cast", "forward", "cache_write", "extract_other", "weights_write")
+PHASES = ("load", "weights", "cast", "forward", "cache_write", "extract_other", "weights_finish", "weights_write")
 
 
 def cache_size(checkpoint: Path) -> str:

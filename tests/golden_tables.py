@@ -278,6 +278,39 @@ TOLERANCES: dict[str | tuple[str, str], Tolerance] = {
 }
 
 
+# The gradient bottleneck (issue 41; lmsat.gradient_bottleneck): shares of each token's logit
+# gradient in the head's column space, from a float32 forward and float32 head GEMMs.
+# Measured (`python benchmarks/gradient_sensitivity.py RUN --variants DIR` after
+# `numeric_variants.py weights DIR base threads2 aten-default mkl-compatible onednn-avx2
+# aten-avx2`, an Intel Xeon with AVX512, toy-d16 retrained per variant: its weights up to
+# 1.3e-2 of a tensor's largest value apart, all 9 checkpoints), largest |made - recorded|:
+# energy shares (means) 3.4e-8 (energy_kept 1.2e-8, 7.2e-7 relative), norm shares 1.8e-7,
+# their SEs 1.1e-5 relative, token quantiles 7.7e-7 (energy) and 3.8e-6 (norm; 5.3e-6 between
+# two variants). The float32 path against a float64 forward with a V x V projector: 6.1e-8
+# (tests/test_gradient_bottleneck.py). A bound, not a variant: every weight moved by up to
+# 6.5e-3 of its tensor's largest value moves energy_kept by up to 6.6e-4 (5.6e-3 relative;
+# the same script without --variants). So shares keep 1e-5 (>= 56x the measured), 0.14 of the
+# smallest SE of energy_kept (7.3e-5) and 1/1290 of its smallest step0 -> final change
+# (1.3e-2); quantiles 3e-4 (57x), 1/22 of their smallest step0 -> final change (6.5e-3).
+_SHARE = Tolerance(1e-5, 0, "a share in [0, 1]; numeric variants measured <= 1.8e-7 (toy-d16, 6 variants), x 56")
+_SHARE_SEM = Tolerance(0, 1e-3, "SE of a share over sequences; numeric variants measured <= 1.1e-5 relative, x 90")
+_SHARE_QUANTILE = Tolerance(3e-4, 0, "a token quantile of the shares; numeric variants measured <= 5.3e-6, x 57")
+GRADIENT_TOLERANCES = {
+    **{("gradient_bottleneck", f"{kind}_kept{part}"): _SHARE
+       for kind in ("energy", "norm") for part in ("", "_frequent", "_rare")},
+    **{("gradient_bottleneck", f"{kind}_kept{part}_sem"): _SHARE_SEM
+       for kind in ("energy", "norm") for part in ("", "_frequent", "_rare")},
+    ("gradient_bottleneck", "energy_kept_pooled"): _SHARE,
+    ("gradient_bottleneck", "energy_kept_pooled_sem"): _SHARE_SEM,
+    **{("gradient_bottleneck", f"{kind}_kept_q{q:02d}"): _SHARE_QUANTILE
+       for kind in ("energy", "norm") for q in (5, 25, 50, 75, 95)},
+    ("gradient_bottleneck", "energy_kept_over_random"): Tolerance(
+        0, 1e-4, "energy_kept / (rank / V); energy_kept measured <= 7.2e-7 relative, x 140"),
+    ("gradient_bottleneck", "random_norm"): Tolerance(1e-12, 0, "from the rank and V through libm's lgamma and exp"),
+    **{("gradient_bottleneck", c): _COUNT for c in ("random_energy", "d_over_v", "frequent_share")},  # ratios of counts
+}
+TOLERANCES.update(GRADIENT_TOLERANCES)
+
 def tolerance_of(table: str, column: str, tolerances=TOLERANCES) -> Tolerance | None:
     return tolerances.get((table, column), tolerances.get(column))
 

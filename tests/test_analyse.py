@@ -72,12 +72,18 @@ def test_analyse_on_the_run_s_sample_equals_the_workflow(toy_run):
     assert metrics["spectra"]["n_valid_rows"] >= len(head_s)
     assert out["sample"]["path"] == str(sample) and out["sample"]["kind"] == "sample"
     # every metric of one checkpoint (representation_similarity compares checkpoints: not analyse's)
-    assert set(metrics) == {"loss", "anisotropy", "effective_rank", "spectra", "attention", "weight_diagnostics"}
+    assert set(metrics) == {"loss", "anisotropy", "effective_rank", "spectra", "attention", "weight_diagnostics",
+                            "gradient_bottleneck"}
     from lmsat.weight_diagnostics import read_diagnostics
 
     arrays, _ = read_diagnostics(results / f"weight_diagnostics/{MODEL}/{REVISION}.h5")  # the workflow's job
     assert metrics["weight_diagnostics"]["head_stable_rank"] == pytest.approx(arrays["stable_rank"][-1], rel=1e-12)
     assert metrics["weight_diagnostics"]["head_alpha"] == pytest.approx(arrays["alpha"][-1], rel=1e-12, nan_ok=True)
+    from lmsat.gradient_bottleneck import read_gradient_file, summarize  # the job's file (analyse_checkpoint's output)
+
+    job = summarize(read_gradient_file(results / f"gradient_bottleneck/{MODEL}/{REVISION}.h5"))
+    for key in ("energy_kept", "energy_kept_sem", "norm_kept", "energy_kept_rare", "random_energy"):
+        assert abs(metrics["gradient_bottleneck"][key] - job[key]) < TOL, key
     assert len(metrics["attention"]["qk"]["effective_rank"]["median_per_layer"]) == metrics["attention"]["shape"]["n_layers"]
 
 

@@ -101,6 +101,9 @@ def test_the_values_reach_the_trainer_s_log_and_tensorboard(runs):
         assert h["lmsat/loss"] > 0 and 0 < h["lmsat/loss_sem"] < 0.1 and -1 < h["lmsat/anisotropy_last"] <= 1
         assert 1 <= h["lmsat/effective_rank"] <= 16 and 1 <= h["lmsat/head_effective_rank"] <= 16
         assert "lmsat/head_singular_entropy" in h and "lmsat/saturates" in h and "lmsat/anisotropy_layer_2" in h
+        # the gradient bottleneck, from the callback's own forward (a share of the logit gradient's energy)
+        assert 0 < h["lmsat/gradient_energy_kept"] < 1 and 0 < h["lmsat/gradient_energy_kept_sem"] < 0.1
+        assert h["lmsat/gradient_random_energy"] == 16 / (len(runs["watched"].processing_class) + 4)  # d / V rows
     assert "lmsat/rise" not in history[0] and "lmsat/rise" in history[-1]  # the verdict needs 3 evaluations
     loss = pd.read_csv(runs["base"] / "watched" / "out" / "lmsat" / "tables" / "loss.csv")
     assert np.allclose(loss["loss"], [h["lmsat/loss"] for h in history], rtol=1e-12)
@@ -131,7 +134,8 @@ def test_the_rows_equal_the_workflow_s_on_the_saved_checkpoints(runs, tmp_path):
     assert 18_000 < text_tokens < 21_000
     assert config["sample"] == {"corpus": "text", "n_tokens": text_tokens // 64 // 2 * 64, "seq_len": 64}
     assert runs["callback"].sample.settings["sample"] == {**config["sample"], "pool_factor": 20}
-    tables = ("loss", "anisotropy_training", "anisotropy_layers", "effective_rank", "singular_entropy", "spectra")
+    tables = ("loss", "anisotropy_training", "anisotropy_layers", "effective_rank", "singular_entropy", "spectra",
+              "gradient_bottleneck")
     ran = snakemake(work, work / "mine.yaml", "--", *(f"results/out/tables/{t}.csv" for t in tables))
     assert ran.returncode == 0, ran.stdout[-6000:]
     mine = out / "lmsat"

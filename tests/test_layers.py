@@ -90,6 +90,7 @@ LAYERS = {
     "lmsat.verdict": COMPUTE,
     "lmsat.similarity": COMPUTE,  # representation similarity across checkpoints (CKA, SVCCA, PWCCA)
     "lmsat.weight_diagnostics": COMPUTE,  # WeightWatcher's and pico-analyze's per-layer weight measures
+    "lmsat.gradient_bottleneck": COMPUTE,
     # 3 registries: products by name
     "lmsat.metrics": REGISTRY,
     "lmsat.tables": REGISTRY,

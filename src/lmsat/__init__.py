@@ -28,7 +28,8 @@ down (or within its layer, without a cycle), and no private name crosses a modul
   published, pins (checkpoints that are commits);
 - compute: anisotropy, spectra, attention, degeneration, heads, headcache, ngrams, werror,
   ngram_werror, scaling, evaluation, bottleneck (the rank sweep and the head cache's
-  windows), synthetic, toy;
+  windows), synthetic, toy, gradient_bottleneck (the logit gradient's share in the head's
+  column space);
 - registries: metrics, tables, figures (with its plot modules), report;
 - orchestration: config (loading and planning), staging, analysis, callbacks (the Trainer
   callback and `monitor`), schema_doc, commands, cli, and this package's lazy API.

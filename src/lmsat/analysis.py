@@ -242,8 +242,16 @@ def diagnostics_summary(arrays: dict) -> dict:
     return summary
 
 
+def gradient_summary(result: dict) -> dict:
+    """Scalars of the gradient bottleneck (lmsat.gradient_bottleneck.summarize), as its table has them."""
+    from lmsat.gradient_bottleneck import summarize
+
+    return summarize(result)
+
+
 SUMMARIES = {"spectra": spectrum_summary, "attention": attention_summary,
-             "weight_diagnostics": diagnostics_summary}  # weights metric -> its scalars
+             "weight_diagnostics": diagnostics_summary,
+             "gradient_bottleneck": gradient_summary}  # weights metric -> its scalars
 
 
 def analyse_checkpoint(checkpoint, tokens: np.ndarray | None, sample: dict | None, *, settings: dict | None = None,
@@ -260,7 +268,7 @@ def analyse_checkpoint(checkpoint, tokens: np.ndarray | None, sample: dict | Non
     import torch
 
     from lmsat.cache import ExtractionSettings, extract_to_cache, open_cache
-    from lmsat.metrics import METRICS, WeightsJob
+    from lmsat.metrics import METRICS, WeightsJob, finish_weights
     from lmsat.models import check_sequence_length, check_token_ids, load_causal_lm
 
     checkpoint = Path(checkpoint)
@@ -274,8 +282,9 @@ def analyse_checkpoint(checkpoint, tokens: np.ndarray | None, sample: dict | Non
         raise AnalyseError(f"metrics {pairs} compare a checkpoint with others (its final and previous ones), and "
                            "analyse reads one. Fix: leave them out, or run the workflow (`lmsat init` + snakemake)")
     cache_metrics = [m for m in metrics if METRICS[m].reads == "cache"]
-    if cache_metrics and tokens is None:
-        raise AnalyseError(f"metrics {cache_metrics} read a token sample. Fix: pass --sample H5 or --text FILE")
+    reads_sample = cache_metrics + [m for m in metrics if METRICS[m].finish is not None]
+    if reads_sample and tokens is None:
+        raise AnalyseError(f"metrics {reads_sample} read a token sample. Fix: pass --sample H5 or --text FILE")
     if threads:
         torch.set_num_threads(threads)
     entry = checkpoint_entry(checkpoint, tokenizer=str(tokenizer_dir or ""))
@@ -290,12 +299,15 @@ def analyse_checkpoint(checkpoint, tokens: np.ndarray | None, sample: dict | Non
     drop = settings["spectra"]["drop_padding_rows"] and tokenizer_dir is not None
     job = WeightsJob(model=entry.name, tokenizer=str(tokenizer_dir or ""),
                      tokenizer_spec=tokenizer_spec(tokenizer_dir) if tokenizer_dir else {}, drop_padding_rows=drop)
-    report = {}
+    report, pending = {}, {}
     for name in metrics:
         if METRICS[name].reads == "weights":
             result = METRICS[name].compute(lm, job)
-            report[name] = SUMMARIES.get(name, lambda values: values)(result)
-    if not cache_metrics:
+            if METRICS[name].finish is not None:
+                pending[name] = result  # finished on the cache below
+            else:
+                report[name] = SUMMARIES.get(name, lambda values: values)(result)
+    if not cache_metrics and not pending:
         return report
     extraction = settings["extraction"]
     extraction_settings = ExtractionSettings(
@@ -308,6 +320,8 @@ def analyse_checkpoint(checkpoint, tokens: np.ndarray | None, sample: dict | Non
         path = Path(scratch) / "cache.h5"
         extract_to_cache(lm, tokens, path, identity=identity, settings=extraction_settings, device=device)
         with open_cache(path, expect=dict(sample_sha256=sample["sha256"])) as cache:
+            for name, result in finish_weights(pending, cache, tokens).items():
+                report[name] = SUMMARIES.get(name, lambda values: values)(result)
             for name in cache_metrics:
                 report[name] = METRICS[name].compute(cache)
     return {name: report[name] for name in metrics}

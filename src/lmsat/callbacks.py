@@ -9,7 +9,9 @@ pipeline's tables.
 
 At each save (and, with `every_n_steps`, between saves) the callback runs the cheap metrics
 of `lmsat analyse` (loss and its standard error, last-layer anisotropy, effective rank and
-singular entropy of the representations, the head's spectrum) through the same functions:
+singular entropy of the representations, the head's spectrum, the gradient bottleneck: the
+share of the loss's logit gradient the head passes back, from the callback's own forward,
+never from the trainer's gradients) through the same functions:
 the same eval sample as rule sample_eval_tokens builds (lmsat.corpus.build_sample, through
 lmsat.analysis.text_sample), the same forward into a hidden-state cache
 (lmsat.cache.extract_to_cache, into a temporary file) and the same registered metrics
@@ -56,7 +58,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-DEFAULT_METRICS = ("loss", "anisotropy", "effective_rank", "spectra")  # analyse's, but the attention grid
+DEFAULT_METRICS = ("loss", "anisotropy", "effective_rank", "spectra", "gradient_bottleneck")  # analyse's, but the attention grid
 # watched when asked: WeightWatcher's and pico-analyze's per-matrix diagnostics (a few seconds per
 # evaluation on a CPU at Pythia-160m's size, benchmarks/weightwatcher_side_by_side.py)
 WATCHABLE = (*DEFAULT_METRICS, "weight_diagnostics")
@@ -203,10 +205,13 @@ def monitor(model, sample, *, settings: dict | None = None, metrics=DEFAULT_METR
             name: str = "model", revision: str = "in-memory") -> dict:
     """The per-checkpoint numbers of `model` (in memory, on its device) on `sample` (a Sample,
     a sample file, or (tokens, attrs)), as rule analyse_checkpoint and the metric rules
-    compute them for a saved checkpoint. -> {metric: its values (spectra: its summary, as
-    `lmsat analyse` prints it)} plus "sequence_losses": (n_seq,) each sequence's mean token
-    loss (the units of lmsat.verdict.verdict_from_paired) and "spectrum": the head spectrum
-    result (what the spectra file holds).
+    compute them for a saved checkpoint. -> {metric: its values (spectra, gradient_bottleneck:
+    their summaries, as `lmsat analyse` prints them)} plus "sequence_losses": (n_seq,) each
+    sequence's mean token loss (the units of lmsat.verdict.verdict_from_paired), "spectrum":
+    the head spectrum result (what the spectra file holds) and "gradient": the gradient
+    bottleneck's result (its file's), None when not asked. The gradient bottleneck is
+    computed from this forward's cached last hidden states and the head (a float32 copy):
+    no gradient of the model is taken or read.
 
     `settings`: lmsat.analysis.run_settings(...) (default: the schema's, as `lmsat analyse`);
     extraction.dtype is the forward's: a model in another dtype is copied and cast (the
@@ -216,9 +221,9 @@ def monitor(model, sample, *, settings: dict | None = None, metrics=DEFAULT_METR
     """
     import torch
 
-    from lmsat.analysis import run_settings, spectrum_summary, tokenizer_spec
+    from lmsat.analysis import gradient_summary, run_settings, spectrum_summary, tokenizer_spec
     from lmsat.cache import ExtractionSettings, extract_to_cache, open_cache
-    from lmsat.metrics import METRICS, WeightsJob
+    from lmsat.metrics import METRICS, WeightsJob, finish_weights
     from lmsat.verdict import sequence_means
 
     sample = as_sample(sample)
@@ -235,24 +240,24 @@ def monitor(model, sample, *, settings: dict | None = None, metrics=DEFAULT_METR
     )
     parameter = next(model.parameters())
     device = parameter.device
-    report, spectrum, diagnostics = {}, None, None
+    report, spectrum, gradient, diagnostics, pending = {}, None, None, None, {}
     with untouched(model), torch.no_grad(), torch.autocast(device.type, enabled=False):
         model.eval()
-        if "spectra" in metrics:
+        weights = [m for m in metrics if METRICS[m].reads == "weights"]
+        if weights:  # one job: the weights metrics share the head's Gram and the tokenizer's size
             drop = bool(settings["spectra"]["drop_padding_rows"] and tokenizer_dir is not None)
             job = WeightsJob(model=f"{name}@{revision}", tokenizer=str(tokenizer_dir or ""),
                              tokenizer_spec=tokenizer_spec(Path(tokenizer_dir)) if tokenizer_dir else {},
                              drop_padding_rows=drop)
-            spectrum = METRICS["spectra"].compute(model, job)
+            for metric in weights:
+                pending[metric] = METRICS[metric].compute(model, job)
+        if "spectra" in pending:
+            spectrum = pending.pop("spectra")
             report["spectra"] = spectrum_summary(spectrum)
-        if "weight_diagnostics" in metrics:
+        if "weight_diagnostics" in pending:
             from lmsat.analysis import diagnostics_summary
 
-            drop = bool(settings["spectra"]["drop_padding_rows"] and tokenizer_dir is not None)
-            job = WeightsJob(model=f"{name}@{revision}", tokenizer=str(tokenizer_dir or ""),
-                             tokenizer_spec=tokenizer_spec(Path(tokenizer_dir)) if tokenizer_dir else {},
-                             drop_padding_rows=drop)
-            diagnostics = METRICS["weight_diagnostics"].compute(model, job)
+            diagnostics = pending.pop("weight_diagnostics")
             report["weight_diagnostics"] = diagnostics_summary(diagnostics)
         forward_dtype = getattr(torch, extraction_settings.dtype)
         lm = model if parameter.dtype == forward_dtype else copy.deepcopy(model).to(dtype=forward_dtype)
@@ -263,6 +268,9 @@ def monitor(model, sample, *, settings: dict | None = None, metrics=DEFAULT_METR
             extract_to_cache(lm, sample.tokens, path, identity=identity, settings=extraction_settings, device=str(device))
             del lm
             with open_cache(path, expect=dict(sample_sha256=sample.attrs["sha256"])) as cache:
+                gradient = finish_weights(pending, cache, sample.tokens).get("gradient_bottleneck")
+                if gradient is not None:
+                    report["gradient_bottleneck"] = gradient_summary(gradient)
                 for metric in metrics:
                     if METRICS[metric].reads == "cache":
                         report[metric] = METRICS[metric].compute(cache)
@@ -271,7 +279,7 @@ def monitor(model, sample, *, settings: dict | None = None, metrics=DEFAULT_METR
                                    else sequence_means(cache["loss"][...]))
     ordered = {m: report[m] for m in metrics}
     extra = {"diagnostics": diagnostics} if "weight_diagnostics" in metrics else {}
-    return {**ordered, "sequence_losses": sequence_losses, "spectrum": spectrum, **extra}
+    return {**ordered, "sequence_losses": sequence_losses, "spectrum": spectrum, "gradient": gradient, **extra}
 
 
 MEMORY_DIR = "/dev/shm"  # a RAM file system on Linux
@@ -315,6 +323,8 @@ LOGGED = {  # metric -> (value in its record, logged name after lmsat/)
     "weight_diagnostics": (("head_alpha", "head_alpha"), ("head_alpha_sigma", "head_alpha_sigma"),
                            ("head_mp_softrank", "head_mp_softrank"), ("median_alpha", "median_alpha"),
                            ("median_stable_rank", "median_stable_rank"), ("median_mp_softrank", "median_mp_softrank")),
+    "gradient_bottleneck": (("energy_kept", "gradient_energy_kept"), ("energy_kept_sem", "gradient_energy_kept_sem"),
+                            ("norm_kept", "gradient_norm_kept"), ("random_energy", "gradient_random_energy")),
 }
 VERDICT_LOGGED = ("rise", "rise_low", "rise_high", "p_value")  # with lmsat/saturates (1 or 0)
 
@@ -338,7 +348,8 @@ def scalars(record: dict) -> dict[str, float]:
 def write_evaluation(directory: Path, record: dict, identity: dict, sample: Sample, epoch: float = math.nan) -> None:
     """One evaluation's files under `directory` (<output_dir>/lmsat), laid out as a run's
     results: metrics/<metric>/<model>/<revision>.json (rule compute_checkpoint_metric's
-    records), spectra/<model>/<revision>.h5 (rule analyse_checkpoint's spectrum file) and
+    records), spectra/<model>/<revision>.h5, gradient_bottleneck/<model>/<revision>.h5 and
+    weight_diagnostics/<model>/<revision>.h5 (rule analyse_checkpoint's files) and
     sequence_losses/<model>/<revision>.npz (each sequence's mean loss, for the verdict, and
     the Trainer's `epoch` then)."""
     from lmsat.io import source_sha256, write_json
@@ -346,7 +357,7 @@ def write_evaluation(directory: Path, record: dict, identity: dict, sample: Samp
 
     model, revision = identity["model"], identity["revision"]
     for metric, values in record.items():
-        if metric in ("sequence_losses", "spectrum", "diagnostics", "weight_diagnostics"):
+        if metric in ("sequence_losses", "spectrum", "gradient", "diagnostics", "weight_diagnostics"):
             continue
         if METRICS[metric].reads == "cache":
             path = directory / "metrics" / metric / model / f"{revision}.json"
@@ -360,6 +371,10 @@ def write_evaluation(directory: Path, record: dict, identity: dict, sample: Samp
         path = directory / "weight_diagnostics" / model / f"{revision}.h5"
         path.parent.mkdir(parents=True, exist_ok=True)
         METRICS["weight_diagnostics"].write(path, record["diagnostics"], identity)
+    if record.get("gradient") is not None:
+        path = directory / "gradient_bottleneck" / model / f"{revision}.h5"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        METRICS["gradient_bottleneck"].write(path, record["gradient"], identity)
     path = directory / "sequence_losses" / model / f"{revision}.npz"
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.with_suffix(".tmp"), "wb") as handle:

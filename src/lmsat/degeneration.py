@@ -77,7 +77,8 @@ def valid_head_rows(n_rows: int, tokenizer_size: int | None, drop_padding_rows: 
 
 
 def head_spectrum(
-    model, tokenizer_size: int | None = None, drop_padding_rows: bool = True, tokenizer: str = "", pool=None
+    model, tokenizer_size: int | None = None, drop_padding_rows: bool = True, tokenizer: str = "", pool=None,
+    gram=None,
 ) -> dict:
     """Singular values of the LM head (padding rows dropped, see valid_head_rows) and its identity.
 
@@ -88,7 +89,8 @@ def head_spectrum(
     differ from new ones for the same weights (compare within one run's files; rerun
     analyse_checkpoint to mix). embedding_sha256 hashes the input embedding (the same matrix
     when they are tied). With `pool` (an executor) the two hashes are Futures computed in
-    its threads, resolved by write_spectrum.
+    its threads, resolved by write_spectrum. `gram`: the kept rows' Gram if already made
+    (spectra.singular_values; the job shares it with the gradient bottleneck).
     """
     from lmsat.adapters import lm_head_matrix
     from lmsat.spectra import matrix_sha256, matrix_sha256_later, singular_values
@@ -103,7 +105,7 @@ def head_spectrum(
         )
     n_valid_rows = valid_head_rows(head.shape[0], tokenizer_size, drop_padding_rows, tokenizer)
     return dict(
-        singular_values=singular_values(head, n_valid_rows=n_valid_rows),
+        singular_values=singular_values(head, n_valid_rows=n_valid_rows, gram=gram),
         **hashes,
         n_rows=int(head.shape[0]),
         n_valid_rows=int(n_valid_rows),

@@ -43,6 +43,7 @@ REMADE_BY = (
     (r"/bottleneck/runs/", "train_rank_head"),
     (r"/cache/", "analyse_checkpoint"),
     (r"/(spectra|attention)/", "analyse_checkpoint"),
+    (r"/gradient_bottleneck/", "analyse_checkpoint"),
     (r"/weight_diagnostics/", "analyse_checkpoint"),
     (r"/metrics/representation_similarity/", "compare_checkpoint_caches"),
     (r"/metrics/", "compute_checkpoint_metric"),

@@ -9,7 +9,10 @@ The workflow plans from this registry alone (config `metrics:` names entries; th
                      metric (rule compute_checkpoint_metric, a JSON record per checkpoint)
     reads="weights"  compute(lm, job) -> result, then write(path, result, record): every
                      weight metric of a checkpoint runs in its one analyse_checkpoint job,
-                     which loads the weights once (an HDF5 file per checkpoint x metric)
+                     which loads the weights once (an HDF5 file per checkpoint x metric);
+                     with finish, finish(result, cache, tokens) -> result runs once that job's
+                     forward has written the hidden-state cache (a metric of the weights and
+                     the cached states: the gradient bottleneck), before write
     reads="cache_pairs"  compute(cache, references) -> flat dict of JSON values: a checkpoint's
                      cache beside the caches of the model's final and previous checkpoints
                      (references: {"final": (revision, step, cache), "previous": the same or
@@ -65,16 +68,20 @@ class Metric:
     compute: Callable
     tables: dict[str, Table] = field(default_factory=dict)
     write: Callable | None = None  # weights metrics: write(path, result, record)
+    finish: Callable | None = None  # weights metrics that also read the cache: finish(result, cache, tokens)
 
 
 METRICS: dict[str, Metric] = {}
 
 
-def register(name: str, *, reads: str, higher_is_better: bool | None, description: str, tables=None, write=None):
+def register(name: str, *, reads: str, higher_is_better: bool | None, description: str, tables=None, write=None,
+             finish=None):
     if reads not in READS:
         raise ValueError(f"metric {name}: reads must be one of {READS}, not {reads!r}")
     if reads == "weights" and write is None:
         raise ValueError(f"metric {name}: a weights metric needs write(path, result, record)")
+    if finish is not None and reads != "weights":
+        raise ValueError(f"metric {name}: finish(result, cache, tokens) is for weights metrics (a cache metric reads the cache)")
 
     for table_name, table in (tables or {}).items():
         if set(table.facts) - set(FACTS):
@@ -86,7 +93,7 @@ def register(name: str, *, reads: str, higher_is_better: bool | None, descriptio
             raise ValueError(f"metric {name!r} is registered twice")
         METRICS[name] = Metric(
             name=name, reads=reads, higher_is_better=higher_is_better, description=description, compute=fn,
-            tables=dict(tables or {}), write=write,
+            tables=dict(tables or {}), write=write, finish=finish,
         )
         return fn
 
@@ -229,6 +236,48 @@ class WeightsJob:
     tokenizer_spec: dict  # config['tokenizers'][tokenizer], as jobs see it
     drop_padding_rows: bool  # spectra.drop_padding_rows
     pool: object = None  # an executor for work beside the forward (the weight hashes)
+    shared: dict = field(default_factory=dict, compare=False, repr=False)  # made once per job, read by several metrics
+
+
+def _shared(job: WeightsJob, key: str, make: Callable):
+    """job.shared[key], made on first use: what several weights metrics of one job read."""
+    if key not in job.shared:
+        job.shared[key] = make()
+    return job.shared[key]
+
+
+def _tokenizer_size(job: WeightsJob) -> int | None:
+    """Entries of the model's tokenizer (None when the job names none), loaded once per job."""
+    if not job.tokenizer_spec:
+        return None
+
+    def load():
+        from lmsat.models import load_tokenizer
+
+        return len(load_tokenizer(job.tokenizer_spec, job.tokenizer))
+
+    return _shared(job, "tokenizer_size", load)
+
+
+def _head_gram(lm, job: WeightsJob):
+    """(n_valid_rows, W^T W of the head's first n_valid_rows rows, float64 (d, d) on the head's
+    device): the rows of the spectra's SVD (padding dropped with drop_padding_rows), their Gram
+    computed once per job for the spectra and the gradient bottleneck. A head with NaN/Inf is
+    refused first, naming the checkpoint."""
+
+    def make():
+        from lmsat.adapters import lm_head_matrix
+        from lmsat.degeneration import valid_head_rows
+        from lmsat.gradient_bottleneck import check_head_finite
+        from lmsat.spectra import gram_matrix
+
+        head = lm_head_matrix(lm)  # (V, d)
+        check_head_finite(head, job.model)
+        tokenizer_size = _tokenizer_size(job) if job.drop_padding_rows else None
+        n_valid = valid_head_rows(head.shape[0], tokenizer_size, job.drop_padding_rows, job.tokenizer)
+        return n_valid, gram_matrix(head[:n_valid])
+
+    return _shared(job, "head_gram", make)
 
 
 def _write_spectrum(path, result: dict, record: dict) -> None:
@@ -252,17 +301,17 @@ def _write_spectrum(path, result: dict, record: dict) -> None:
     write=_write_spectrum,
 )
 def spectra(lm, job: WeightsJob) -> dict:
-    """The head spectrum of `lm` on its device (lmsat.degeneration.head_spectrum)."""
+    """The head spectrum of `lm` on its device (lmsat.degeneration.head_spectrum), from the
+    head's Gram this job shares with the gradient bottleneck (_head_gram)."""
     import logging
 
     from lmsat.degeneration import head_spectrum
 
-    tokenizer_size = None
-    if job.drop_padding_rows:
-        from lmsat.models import load_tokenizer
-
-        tokenizer_size = len(load_tokenizer(job.tokenizer_spec, job.tokenizer))
-    spectrum = head_spectrum(lm, tokenizer_size, job.drop_padding_rows, job.tokenizer, pool=job.pool)
+    tokenizer_size = _tokenizer_size(job) if job.drop_padding_rows else None
+    n_valid, gram = _head_gram(lm, job)
+    tall = n_valid >= gram.shape[0]  # a (d, d) Gram gives the spectrum of a tall head only
+    spectrum = head_spectrum(lm, tokenizer_size, job.drop_padding_rows, job.tokenizer, pool=job.pool,
+                             gram=gram if tall else None)
     logging.getLogger(__name__).info(
         "%s: head %d x %d (%s), %d rows in the SVD",
         job.model, spectrum["n_rows"], spectrum["hidden_size"], spectrum["head_dtype"], spectrum["n_valid_rows"],
@@ -341,9 +390,8 @@ def weight_diagnostics(lm, job: WeightsJob) -> dict:
     n_valid = None
     if job.drop_padding_rows:
         from lmsat.degeneration import valid_head_rows
-        from lmsat.models import load_tokenizer
 
-        size = len(load_tokenizer(job.tokenizer_spec, job.tokenizer))
+        size = _tokenizer_size(job)
         n_valid = valid_head_rows(lm.get_output_embeddings().weight.shape[0], size, True, job.tokenizer)
     start = time.perf_counter()
     try:
@@ -410,3 +458,62 @@ def representation_similarity(cache, references: dict) -> dict:
     for kind, series in measured.items():
         values.update({f"{name}_{kind}": values_ for name, values_ in series.items()})
     return values
+
+
+# ---------------------------------------------------------------- read the weights and the cache
+
+
+def _write_gradient(path, result: dict, record: dict) -> None:
+    from lmsat.gradient_bottleneck import write_gradient_file
+
+    write_gradient_file(path, result, record)
+
+
+def _finish_gradient(prepared: dict, cache, tokens) -> dict:
+    """The measure on the cached last hidden states, once the job's forward wrote them."""
+    from lmsat.gradient_bottleneck import measure
+
+    return measure(prepared["projector"], cache, tokens, where=prepared["where"])
+
+
+@register(
+    "gradient_bottleneck",
+    reads="weights",
+    higher_is_better=None,
+    description="share of each token's logit gradient softmax(z) - onehot(y) (energy and norm) inside the LM head's "
+    "column space, the part backpropagation passes below the head (Godey & Artzi 2026), beside rank / V",
+    tables={"gradient_bottleneck": Table(tables.gradient_from_files)},
+    write=_write_gradient,
+    finish=_finish_gradient,
+)
+def gradient_bottleneck(lm, job: WeightsJob) -> dict:
+    """Before the forward: the head's projector (lmsat.gradient_bottleneck.head_projector) from
+    the Gram the spectra use (plus the padding rows': the gradient spans every row the
+    softmax does), a float32 copy of the head kept for after the cast. A head with NaN/Inf, a
+    head that is not one linear map, or a tokenizer larger than the head is refused here,
+    before any work."""
+    import torch
+
+    from lmsat.adapters import lm_head_matrix
+    from lmsat.gradient_bottleneck import GradientBottleneckError, check_vocabulary, head_projector
+    from lmsat.spectra import gram_matrix
+
+    module = lm.get_output_embeddings()
+    if not isinstance(module, torch.nn.Linear):
+        raise GradientBottleneckError(
+            f"{job.model}: the LM head is a {type(module).__name__}, not one linear map, so its logit gradient has no "
+            "column space to measure. Fix: leave gradient_bottleneck out of `metrics` for this model"
+        )
+    head = lm_head_matrix(lm)  # (V, d), padding rows included
+    check_vocabulary(int(head.shape[0]), _tokenizer_size(job), job.model, job.tokenizer)
+    n_valid, gram = _head_gram(lm, job)
+    if n_valid < head.shape[0]:
+        gram = gram + gram_matrix(head[n_valid:])
+    return {"projector": head_projector(head, module.bias, gram=gram, where=job.model), "where": job.model}
+
+
+def finish_weights(results: dict, cache, tokens) -> dict:
+    """{metric: result} of weights metrics, those with a finish (Metric.finish) finished on the
+    checkpoint's open hidden-state cache and its token sample (n_seq, seq_len)."""
+    return {name: (METRICS[name].finish(result, cache, tokens) if METRICS[name].finish else result)
+            for name, result in results.items()}

@@ -356,6 +356,49 @@ VERDICT_CAUSE_NOTE = (
     "to them) reads saturates too (docs/saturation.md).")
 
 
+Z95 = 1.959963984540054  # two-sided 95% normal quantile
+
+
+def _lowest(final: pd.DataFrame, value: pd.Series, sem: pd.Series, fmt: str) -> str:
+    """The model of the lowest `value`, its 95% interval, and whether that interval is clear
+    of the next lowest model's (a separation beyond noise) or overlaps it."""
+    order = value.sort_values(kind="stable").index
+    first = order[0]
+    text = f"{final.loc[first, 'model']} ({value[first]:{fmt}} ± {Z95 * sem[first]:.2g}"
+    if len(order) < 2:
+        return text + ")"
+    second = order[1]
+    clear = value[first] + Z95 * sem[first] < value[second] - Z95 * sem[second]
+    return (text + f"; {'its interval clear of' if clear else 'its interval overlapping'} the next lowest, "
+            f"{final.loc[second, 'model']}'s {value[second]:{fmt}} ± {Z95 * sem[second]:.2g})")
+
+
+def gradient_fact(gradient: pd.DataFrame) -> str:
+    """The summary's line on the gradient bottleneck (results/tables/gradient_bottleneck.csv,
+    lmsat.gradient_bottleneck): at each model's final checkpoint the share of each token's
+    logit-gradient energy the head passes back (mean ± 95% interval over sequences) beside
+    rank / V, what a random direction keeps, and which models lose the most: the lowest share
+    and the lowest share relative to rank / V, each said clear of or overlapping the next."""
+    final = gradient[gradient["is_final"].astype(bool)].reset_index(drop=True)
+    if final.empty:
+        return "Gradient bottleneck: no final checkpoint in its table."
+    ratio = final["energy_kept"] / final["random_energy"]
+    ratio_sem = final["energy_kept_sem"] / final["random_energy"]
+    per_model = "; ".join(
+        f"{r['model']} {r['energy_kept']:.3g} ± {Z95 * r['energy_kept_sem']:.2g} (rank/V {r['random_energy']:.3g}, "
+        f"{ratio[i]:.2f}x)" for i, r in final.iterrows()
+    )
+    return (
+        "Gradient bottleneck at each model's final checkpoint (share of each token's loss-gradient energy inside the "
+        "head's column space, the part backpropagation passes below the head; mean ± 95% interval over sequences; a "
+        f"random direction keeps rank / V): {per_model}. Loses the most: "
+        + _lowest(final, final["energy_kept"], final["energy_kept_sem"], ".3g")
+        + "; relative to rank / V: " + _lowest(final, ratio, ratio_sem, ".2f")
+        + ". These are shares of the eval sample's loss gradient, not of the training batches'. "
+        "Table: results/tables/gradient_bottleneck.csv."
+    )
+
+
 def figure_links(figures) -> str:
     """A list of links, one per (title, path in the report, href from the summary page) of
     `figures`: one click from the summary to each figure (FIGURE_LINK)."""

@@ -64,12 +64,14 @@ def gram_matrix(matrix, chunk_rows: int = 8192):
     return gram
 
 
-def singular_values(matrix, n_valid_rows: int | None = None, chunk_rows: int = 8192) -> np.ndarray:
+def singular_values(matrix, n_valid_rows: int | None = None, chunk_rows: int = 8192, gram=None) -> np.ndarray:
     """Singular values of a (V, d) matrix (numpy, or torch on any device), float64, descending.
 
     The Gram and its eigenvalues are computed on the matrix's device; only the d values
     come back to the host. n_valid_rows: keep only rows [0, n_valid_rows) (drop vocabulary
-    padding); None keeps all. Returns min(V', d) values, V' the rows kept.
+    padding); None keeps all. Returns min(V', d) values, V' the rows kept. gram: the kept
+    rows' M^T M (d, d) float64 when the caller has it already (a tall matrix: V' >= d; the
+    checkpoint job shares it with the gradient bottleneck), used instead of a second one.
     """
     import torch
 
@@ -84,7 +86,11 @@ def singular_values(matrix, n_valid_rows: int | None = None, chunk_rows: int = 8
     matrix = _as_tensor(matrix)
     if matrix.shape[0] < matrix.shape[1]:  # wide: the smaller Gram is M M^T
         matrix = matrix.T
-    eigenvalues = torch.linalg.eigvalsh(gram_matrix(matrix, chunk_rows)).cpu().numpy()  # ascending
+        if gram is not None:
+            raise ValueError(f"a shared gram is M^T M of a tall matrix; this one is {tuple(matrix.shape[::-1])}.")
+    if gram is None:
+        gram = gram_matrix(matrix, chunk_rows)
+    eigenvalues = torch.linalg.eigvalsh(gram).cpu().numpy()  # ascending
     # Rounding can push eigenvalues of a PSD matrix slightly below 0: they are 0.
     return np.sqrt(np.clip(eigenvalues, 0.0, None))[::-1].copy()
 

@@ -923,3 +923,36 @@ def similarity_from_records(files, needed: dict, model_order: list[str] | None) 
     table = in_model_order(table, model_order, ["step", "reference", "layer"])
     return table[[*RECORD_KEYS, "is_final", "reference", "reference_revision", "reference_step", "layer", "n_layers",
                   "relative_depth", *SIMILARITY_MEASURES, "n_tokens"]]
+
+
+# ---------------------------------------------------------------- the gradient bottleneck
+
+GRADIENT_COLUMNS = [
+    "energy_kept", "energy_kept_sem", "norm_kept", "norm_kept_sem", "random_energy", "random_norm",
+    "energy_kept_over_random", "energy_kept_pooled", "energy_kept_pooled_sem", "rank", "hidden_size", "vocab_rows",
+    "d_over_v", "energy_kept_frequent", "energy_kept_frequent_sem", "energy_kept_rare", "energy_kept_rare_sem",
+    "norm_kept_frequent", "norm_kept_frequent_sem", "norm_kept_rare", "norm_kept_rare_sem",
+    "energy_kept_q05", "energy_kept_q25", "energy_kept_q50", "energy_kept_q75", "energy_kept_q95",
+    "norm_kept_q05", "norm_kept_q25", "norm_kept_q50", "norm_kept_q75", "norm_kept_q95",
+    "n_tokens", "n_seq", "frequent_types", "frequent_share",
+]  # fmt: skip
+
+
+def gradient_from_files(files, needed: dict, model_order: list[str] | None) -> pd.DataFrame:
+    """One row per checkpoint (RECORD_KEYS, is_final, GRADIENT_COLUMNS) from the gradient
+    bottleneck files of rule analyse_checkpoint (lmsat.gradient_bottleneck): the shares of
+    each token's logit gradient kept in the head's column space, means with their standard
+    errors over sequences, by target frequency, pooled (sum ||P g||^2 / sum ||g||^2), token
+    quantiles, and the random-subspace reference rank / V beside them."""
+    from lmsat.gradient_bottleneck import read_gradient_file, summarize
+
+    rows = []
+    for path in files:
+        found = read_gradient_file(path)
+        summary = summarize(found)
+        summary["energy_kept_over_random"] = summary["energy_kept"] / summary["random_energy"] if summary["rank"] else math.nan
+        rows.append({**{k: found[k] for k in RECORD_KEYS}, **summary})
+    if not rows:
+        raise ValueError("no gradient bottleneck files to tabulate")
+    table = _flag_final(pd.DataFrame.from_records(rows))
+    return in_model_order(table, model_order, ["step"])[[*RECORD_KEYS, "is_final", *GRADIENT_COLUMNS]]

@@ -277,8 +277,8 @@ def summary_figures():
 
 def get_summary_inputs(wildcards):
     """The tables the summary reads: loss and its saturation verdicts always; the fit,
-    Table 1, the rank-r heads, the identical weights, the head's weight diagnostics and the
-    representation similarity when the config makes them (the
+    Table 1, the rank-r heads, the identical weights, the gradient bottleneck, the head's
+    weight diagnostics and the representation similarity when the config makes them (the
     summary builds from whatever the run has), and beside Table 1 EleutherAI's published
     evaluations (lmsat.published)."""
     inputs = dict(loss=f"results/{RUN}/tables/loss.csv")
@@ -291,6 +291,7 @@ def get_summary_inputs(wildcards):
         heads="bottleneck_heads",
         alpha="weight_alpha",
         similarity="representation_similarity",
+        gradient="gradient_bottleneck",
     )
     for key, name in named.items():
         if name in PLANNED_TABLES:

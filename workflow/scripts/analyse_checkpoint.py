@@ -6,8 +6,10 @@ the LM-head spectrum, the low-rank attention metrics) run there (float64 Grams a
 second on a GPU), the two weight hashes run in threads beside the forward, then the model
 is cast once, on the device, to the forward dtype and the eval sample goes through it into
 the hidden-state cache (resumable by chunks, so a killed job loses at most one chunk of
-it). Importing torch + transformers and loading the model cost more than either part on
-small models, so one job per checkpoint does both.
+it). A weights metric that also reads the cached states (the gradient bottleneck: its
+head projector made before the cast, its measure on the cache once written) is finished
+last, from the cache the job wrote. Importing torch + transformers and loading the model
+cost more than either part on small models, so one job per checkpoint does both.
 """
 
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
@@ -20,10 +22,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
-from lmsat.cache import ExtractionSettings, extract_to_cache
+from lmsat.cache import ExtractionSettings, extract_to_cache, open_cache
 from lmsat.corpus import read_sample
+from lmsat.integrity import verify_hdf5
 from lmsat.io import setup_logging
-from lmsat.metrics import METRICS, WeightsJob
+from lmsat.metrics import METRICS, WeightsJob, finish_weights
 from lmsat.models import check_sequence_length, check_token_ids, job_device, load_causal_lm
 from lmsat.plan import ModelEntry
 
@@ -87,6 +90,12 @@ def main(snakemake) -> dict:
         extracted = extract_to_cache(lm, tokens, snakemake.output.cache, identity=identity, settings=settings, device=device)
         seconds.update(forward=extracted["forward"], cache_write=extracted["write"])
         seconds["extract_other"], start = _now(device) - start - sum(extracted.values()), _now(device)
+        if any(METRICS[name].finish for name in analysed):  # metrics of the weights and the cached states
+            path = snakemake.output.cache
+            with open_cache(path, expect=dict(sample_sha256=sample["sha256"]), verify=False) as cache:
+                verify_hdf5(cache, path, ("hidden",))  # what they read, against its checksums hashed from memory
+                analysed = finish_weights(analysed, cache, tokens)
+        seconds["weights_finish"], start = _now(device) - start, _now(device)
         write_weights(snakemake.output, analysed, params.record)  # waits for the hashes
         seconds["weights_write"] = _now(device) - start
     log.info("%s@%s: seconds per phase %s", entry.name, revision, {k: round(v, 3) for k, v in seconds.items()})

@@ -15,7 +15,7 @@ import pandas as pd
 from lmsat.io import atomic_path, read_record, setup_logging
 from lmsat.published import compare, published_evals
 from lmsat.published import source as published_source
-from lmsat.report import comparison_text, dynamics_rows, key_numbers, paper_comparison, paper_values, summary_page
+from lmsat.report import comparison_text, dynamics_rows, gradient_fact, key_numbers, paper_comparison, paper_values, summary_page
 from lmsat.tables import read_table, write_csv
 
 log = logging.getLogger(__name__)
@@ -66,6 +66,7 @@ def main(snakemake):
         f"Models, smallest first: {models}.",
         f"{len(loss)} checkpoints scored on {params.eval_tokens:,} tokens of corpus {params.corpus}.",
         scaling_fact(fit),
+        *([gradient_fact(read_table(inputs.gradient))] if "gradient" in inputs.keys() else []),
         f"Config sha256 {params.config_sha256[:12]}.",
     ]
     records = [read_record(path, "model", "checkpoint", "task") for path in inputs.get("evaluations", [])]

@@ -28,6 +28,8 @@ SCALARS = {  # metric -> its headline values, in print order
     "anisotropy": ("anisotropy_last", "n_tokens", "layer_sample"),
     "effective_rank": ("effective_rank", "effective_rank_centered", "singular_entropy", "n_tokens"),
     "spectra": ("singular_entropy_sigma", "singular_entropy_sigma2", "effective_rank", "stable_rank", "s1", "n_valid_rows", "n_rows"),
+    "gradient_bottleneck": ("energy_kept", "energy_kept_sem", "norm_kept", "norm_kept_sem", "random_energy", "rank",
+                            "vocab_rows", "n_tokens"),
 }
 
 
