@@ -67,7 +67,7 @@ def plan(name, edit=None):
     config = load_yaml(ROOT / "config" / f"{name}.yaml")
     if edit:
         edit(config)
-    return load_plan(config, SCHEMA)
+    return load_plan(config, SCHEMA, config_dir=ROOT / "config")  # pins files beside the config
 
 
 # git's tracked configs: a user's own config/mine.yaml (README) is not shipped
