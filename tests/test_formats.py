@@ -330,6 +330,13 @@ def test_a_config_json_field_the_conversion_does_not_map_is_refused_by_name(fmt,
     assert named in str(error.value)
 
 
+def test_the_context_of_each_format_is_read_before_any_forward():
+    from lmsat.models import context_length
+
+    assert context_length(OLMO_FIELDS) == ("max_sequence_length", 64)
+    assert context_length(PICO_FIELDS) == ("max_seq_len", 64)
+
+
 def test_generic_transformers_fields_are_not_refused():
     assert formats.check_config(dict(PICO_FIELDS, tie_word_embeddings=True, return_dict=True), "x") == "pico_decoder"
     assert formats.check_config({"model_type": "llama"}, "x") is None  # native: from_pretrained as usual

@@ -2,11 +2,11 @@
 
 Two suites publish checkpoints that `AutoModelForCausalLM` cannot load as they are:
 
-    model_type     written by                                   loaded as
-    hf_olmo        ai2-olmo's hf_olmo wrapper (OLMo 1, DataDecide)  OlmoForCausalLM (non-parametric LayerNorm:
-                                                                    OLMo 1) or LlamaForCausalLM (RMSNorm with
-                                                                    weights: DataDecide)
-    pico_decoder   pico-train's PicoDecoderHF (custom code: Pico)   LlamaForCausalLM, q/k rows permuted per head
+    model_type     written by                                        loaded as
+    hf_olmo        ai2-olmo's hf_olmo wrapper (OLMo 1, DataDecide)   OlmoForCausalLM (non-parametric LayerNorm:
+                                                                     OLMo 1) or LlamaForCausalLM (RMSNorm with
+                                                                     weights: DataDecide)
+    pico_decoder   pico-train's PicoDecoderHF (custom code: Pico)    LlamaForCausalLM, q/k rows permuted per head
 
 `from_pretrained(target, **kwargs)` is `AutoModelForCausalLM.from_pretrained(target, **kwargs)`
 for every checkpoint: a native one goes straight there; a converted one has its config.json
@@ -460,11 +460,11 @@ def from_pretrained(target, *, where: str = "", fix: str = "", **kwargs):
     converted checkpoint. `where` names the checkpoint in errors, `fix` says how to replace
     broken files. Refusals are ModelLoadErrors (UnsupportedCheckpoint for a config.json field
     lmsat does not convert)."""
-    from transformers import AutoModelForCausalLM
+    import transformers
 
     located = _locate(target, kwargs)
-    if located is None or located[1].get("model_type") not in CONVERSIONS:
-        return AutoModelForCausalLM.from_pretrained(target, **kwargs)
+    if located is None or not isinstance(located[1], dict) or located[1].get("model_type") not in CONVERSIONS:
+        return transformers.AutoModelForCausalLM.from_pretrained(target, **kwargs)
     directory, config = located
     where = where or str(target)
     conversion = plan_conversion(config, where)
@@ -473,10 +473,13 @@ def from_pretrained(target, *, where: str = "", fix: str = "", **kwargs):
     state = conversion.convert(tensors)
     dtype_key = "dtype" if "dtype" in kwargs else "torch_dtype"
     dtype = kwargs.get(dtype_key)
-    if dtype == "auto" or dtype is None:  # the stored dtype, as from_pretrained's "auto"
-        dtype = next(iter(tensors.values())).dtype
+    if dtype == "auto" or dtype is None:  # the dtype most stored values have, as from_pretrained's "auto"
+        sizes: dict = {}
+        for tensor in tensors.values():
+            sizes[tensor.dtype] = sizes.get(tensor.dtype, 0) + tensor.numel()
+        dtype = max(sizes, key=sizes.get)
     want_info = kwargs.get("output_loading_info", False)
-    model_class = getattr(__import__("transformers"), conversion.native.architectures[0])
+    model_class = getattr(transformers, conversion.native.architectures[0])
     loaded = model_class.from_pretrained(
         None, config=conversion.native, state_dict=state, output_loading_info=True, **{dtype_key: dtype},
         **{k: kwargs[k] for k in ("device_map", "ignore_mismatched_sizes", "attn_implementation") if k in kwargs},

@@ -129,7 +129,8 @@ def load_causal_lm(model: ModelEntry, revision: str, *, dtype: str = "float32", 
     return lm.to(device).eval()
 
 
-CONTEXT_FIELDS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
+# hf_olmo's is max_sequence_length, Pico's max_seq_len (lmsat.formats converts both)
+CONTEXT_FIELDS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "max_seq_len")
 
 
 def context_length(model_config: dict) -> tuple[str, int] | None:
