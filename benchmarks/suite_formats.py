@@ -5,9 +5,11 @@ checkpoints at load time to transformers classes of the same maths (lmsat.format
 builds tiny random models with the suites' real code, saves them as those suites did
 (`save_pretrained`), loads each through lmsat.models.load_causal_lm, and prints the largest
 difference of logits and hidden states against the original code's forward, in float64 and
-float32. Two interpreters, since that code is not lmsat's dependency and is not committed:
+float32. Two interpreters, since that code is not lmsat's dependency and is not committed
+(measured: docs/paper.md, "What each suite can answer"):
 
-    # a scratch venv with the suites' code (ai2-olmo 0.6.0 from PyPI; pico-train from GitHub)
+    # a scratch venv with the suites' code (ai2-olmo 0.6.0 from PyPI; pico-train from GitHub),
+    # torch being the CPU wheel docs/install.md installs (here it was lmsat's own, through a .pth file)
     python3 -m venv /tmp/fmt-venv
     /tmp/fmt-venv/bin/pip install torch "transformers==4.48.3" "datasets==3.6.0" omegaconf boto3 rich \
         google-cloud-storage importlib_resources
