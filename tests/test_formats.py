@@ -394,3 +394,31 @@ def test_parameters_of_a_converted_format_are_counted_from_the_converted_config(
         lm = load_causal_lm(checkpoint_entry(directory), directory.name)
         assert config_parameter_counts(config) == {kind: count_parameters(lm, kind) for kind in ("non_embedding", "total")}
         assert count_parameters(lm, "total") == sum(t.numel() for t in tensors.values())
+
+
+def test_a_hub_checkpoint_in_its_fetched_cache_is_converted_as_the_workflow_loads_it(checkpoints, tmp_path, monkeypatch):
+    """A hub model's revision read from the hub cache the fetch job filled (offline), as rule
+    analyse_checkpoint loads it: from_pretrained(id, revision=..., cache_dir=...) resolved to
+    the snapshot, then converted; the fetch itself passes config.json's check."""
+    import dataclasses
+
+    from huggingface_hub import constants
+
+    from lmsat.fetch import fetch_checkpoint
+
+    from test_faults import MIRROR_ID, MIRROR_REVISION, entry, stage_snapshot
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.chdir(tmp_path)
+    directory, config, tensors = checkpoints["pico"]
+    model = dataclasses.replace(entry(), hidden_size=48, vocab_size=V, num_layers=2, tied_head=False)
+    cache = model.cache_dir(MIRROR_REVISION)
+    stage_snapshot(cache, MIRROR_ID, MIRROR_REVISION,
+                   {name: (directory / name).read_bytes() for name in ("config.json", "model.safetensors")})
+    fetch_checkpoint(model, MIRROR_REVISION, cache)
+    lm = load_causal_lm(model, MIRROR_REVISION, dtype="float64")
+    batch = ids(1)
+    with torch.no_grad():
+        logits = lm(batch).logits[0]
+    reference = pico_forward(config, tensors, batch[0])
+    assert type(lm).__name__ == "LlamaForCausalLM" and float((logits - reference).abs().max()) < tolerance(reference)
