@@ -21,9 +21,9 @@ imports form a strict order:
 0 leaves: exceptions (errors), retry with backoff (retry), plan types (plan: ModelEntry,
   Plan), path-name checks (names), file writing and records (io, integrity), progress logs,
   weights fingerprints, revision schedules, offline switches, the lm-eval task templates.
-1 data access: the hub cache, checkpoints and models, downloads (fetch), corpora with their
-  staged reader, the representation cache, run folders, architecture adapters, published
-  reference data.
+1 data access: the hub cache, checkpoints and models (and the formats converted at load),
+  downloads (fetch), corpora with their staged reader, the representation cache, run
+  folders, architecture adapters, published reference data.
 2 compute: the maths of every analysis (anisotropy, spectra, attention, degeneration,
   heads and their cache, n-grams, W-error, scaling, lm-eval, the bottleneck grid, the
   synthetic language and its toy models).
@@ -72,6 +72,7 @@ LAYERS = {
     "lmsat.adapters": DATA,
     "lmsat.published": DATA,
     "lmsat.pins": DATA,
+    "lmsat.formats": DATA,
     # 2 compute: the analyses' maths
     "lmsat.anisotropy": COMPUTE,
     "lmsat.spectra": COMPUTE,

@@ -217,3 +217,20 @@ def test_pin_revisions_refuses_a_title_pattern_that_matches_nothing(tmp_path, br
     assert "Saving Learning Dynamics Data (val) -- Step 300" in result.stderr  # the titles it saw
     offline = pin_revisions("--configfile", str(path), cwd=tmp_path)  # no clone, no network: the hub's own words
     assert offline.returncode == 2 and f"cannot list the commits of branch {MODEL}-1 of {REPO_ID}" in offline.stderr
+
+
+def test_a_relative_pins_path_is_written_and_read_beside_the_config_file(tmp_path, branch):
+    """`pins: pins/{model}.csv` in configs/pinned.yaml is configs/pins/<model>.csv, for
+    pin-revisions run from another directory and for planning (config_dir), not <cwd>/pins."""
+    clone, commits, _ = branch
+    cfg = config(tmp_path)
+    cfg["suites"]["pico"]["revisions"]["pins"] = "pins/{model}.csv"
+    (tmp_path / "configs").mkdir()
+    path = write_config(tmp_path / "configs", cfg)
+    (tmp_path / "elsewhere").mkdir()
+    result = pin_revisions("--configfile", str(path), "--clone", f"{MODEL}={clone}", cwd=tmp_path / "elsewhere")
+    assert result.returncode == 0, result.stderr
+    written = tmp_path / "configs" / "pins" / f"{MODEL}.csv"
+    assert written.is_file() and not (tmp_path / "elsewhere" / "pins").exists()
+    entry = load_plan(cfg, SCHEMA, config_dir=tmp_path / "configs").models[MODEL]
+    assert entry.commits == tuple(commits[s] for s in STEPS)

@@ -67,7 +67,7 @@ def plan(name, edit=None):
     config = load_yaml(ROOT / "config" / f"{name}.yaml")
     if edit:
         edit(config)
-    return load_plan(config, SCHEMA)
+    return load_plan(config, SCHEMA, config_dir=ROOT / "config")  # pins files beside the config
 
 
 # git's tracked configs: a user's own config/mine.yaml (README) is not shipped
@@ -233,7 +233,11 @@ DATADECIDE_CHECKPOINTS = {
     "20M": (1250, 13), "60M": (1250, 25), "90M": (1250, 25), "150M": (1250, 32), "300M": (1250, 38),
     "530M": (1250, 48), "750M": (1250, 52), "1B": (2500, 29),
 }
-DATADECIDE_VOCAB = 50304  # the card's totals are 16 L d^2 + 50304 d (one shared embedding)
+DATADECIDE_VOCAB = 50304  # the card's totals are 16 L d^2 + 50304 d (one 50304 x d matrix)
+# allenai/OLMo, branch DataDecide (7094aab0) scripts/ladder.py: MODEL_CONFIG_150M, weight_tying=False, the
+# other sizes update_with(d_model, n_heads, n_layers, mlp_ratio) of it; its hard-coded sizes (4M: 3_744_832 =
+# 16 L d^2 + 50304 d + 17 d of norm weights) are the card's, with one 50304 x d matrix: not the head
+DATADECIDE_TIED = False
 
 AMBER_CHUNKS = 360  # LLM360/amber-train main.py: N_CHUNKS
 AMBER_SEQUENCES_PER_CHUNK = 1_706_976  # TRAIN_EXAMPLES_PER_CHUNK
@@ -270,10 +274,10 @@ def test_datadecide_sizes_batches_and_checkpoints_match_its_card_and_directories
         model = models[f"DataDecide-dolma1_7-{size}"]
         assert model.id == f"allenai/DataDecide-dolma1_7-{size}"
         assert (model.hidden_size, model.num_layers, model.tokens_per_step) == (d, layers, batch * 2048), size
-        # N = 16 L d^2 non-embedding; with one shared embedding it is the card's model size, which is
-        # rounded to 0.1M (and may count norm weights, at most 2 x 33 x d = 0.14M): an untied head would
-        # add 50304 d (3.2M at 4M, 103M at 1B)
-        assert model.n_params == 16 * layers * d * d
+        # N = 16 L d^2 non-embedding; with one 50304 x d matrix it is the card's model size, which is
+        # rounded to 0.1M (and may count norm weights, at most 2 x 33 x d = 0.14M). That matrix is the
+        # embedding alone: the head is untied (DATADECIDE_TIED), so the card's sizes leave it out
+        assert model.n_params == 16 * layers * d * d and model.tied_head is DATADECIDE_TIED, size
         assert abs((model.n_params + DATADECIDE_VOCAB * d) / 1e6 - total_m) <= 0.05 + 66 * d / 1e6, size
         every, count = DATADECIDE_CHECKPOINTS[size]
         final = 57776 if size == "530M" else last
@@ -307,7 +311,8 @@ def test_pico_pins_are_full_commits_at_checkpoint_steps():
     assert sorted(models) == sorted(f"pico-decoder-{s}" for s in PICO_D)
     for size, d in PICO_D.items():
         model = models[f"pico-decoder-{size}"]
-        assert model.id == f"pico-lm/pico-decoder-{size}" and model.hidden_size == d and model.trust_remote_code
+        # custom code on the hub, converted at load (lmsat.formats): none of it is fetched or run
+        assert model.id == f"pico-lm/pico-decoder-{size}" and model.hidden_size == d and not model.trust_remote_code
         assert model.tokens_per_step == PICO_TOKENS_PER_STEP and model.tied_head is False
         assert len(model.commits) == len(model.revisions) and all(re.fullmatch("[0-9a-f]{40}", c) for c in model.commits)
         assert all(s % PICO_EVERY == 0 and s <= PICO_LAST for s in model.steps), size

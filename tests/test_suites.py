@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from lmsat.config import load_plan, load_yaml
+from lmsat.config import ConfigError, load_plan, load_yaml
 from lmsat.figures import FIGURES
 from lmsat.metrics import table_metric
 
@@ -62,7 +62,7 @@ def checkpoints(jobs, rule="analyse_checkpoint"):
 
 
 def plan(name):
-    return load_plan(load_yaml(ROOT / "config" / f"{name}.yaml"), SCHEMA)
+    return load_plan(load_yaml(ROOT / "config" / f"{name}.yaml"), SCHEMA, config_dir=ROOT / "config")
 
 
 # ------------------------------------------------------------------ config/paper.yaml
@@ -184,14 +184,10 @@ def test_post_paper_revision_names_and_steps():
 # ------------------------------------------------------------------ suites released since the paper
 
 
-def dry_run_elsewhere(configfile: str, directory, pins: bool = True):
-    """`snakemake -n` of `configfile` with a scratch working directory (nothing of the
-    checkout's results/ or .snakemake/ is read); `pins`: config/pins/ copied there, where the
-    pinned suites' relative `pins` paths point."""
-    import shutil
-
-    if pins:
-        shutil.copytree(ROOT / "config" / "pins", directory / "config" / "pins")
+def dry_run_elsewhere(configfile, directory):
+    """`snakemake -n` of `configfile` (in config/, or a path) from a scratch working directory
+    (nothing of the checkout's results/ or .snakemake/ is read, and no config/pins/ is there:
+    a pinned suite's relative `pins` paths are read from beside its config file)."""
     env = dict(os.environ, HF_HUB_OFFLINE="1")
     result = subprocess.run(
         [sys.executable, "-m", "snakemake", "-n", "--snakefile", str(ROOT / "workflow" / "Snakefile"),
@@ -224,10 +220,29 @@ def test_suites_since_the_paper_plan_offline_in_a_scratch_directory(name, tmp_pa
 
 
 def test_a_pinned_suite_without_its_pins_files_is_refused_at_planning(tmp_path):
-    code, jobs, output = dry_run_elsewhere("pico.yaml", tmp_path, pins=False)
+    """A copy of config/pico.yaml without pins/ beside it: refused, naming the file where it is read."""
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "pico.yaml").write_text((ROOT / "config" / "pico.yaml").read_text())
+    (tmp_path / "run").mkdir()
+    code, jobs, output = dry_run_elsewhere(tmp_path / "mine" / "pico.yaml", tmp_path / "run")
     assert code != 0 and not jobs["analyse_checkpoint"]
-    assert "config key 'suites.pico.revisions.pins': pins file config/pins/pico-decoder-tiny.csv does not exist" in output
+    missing = tmp_path / "mine" / "pins" / "pico-decoder-tiny.csv"
+    assert f"config key 'suites.pico.revisions.pins': pins file {missing} does not exist" in output, output[-3000:]
     assert "python -m lmsat pin-revisions --configfile" in output
+
+
+def test_pins_paths_are_read_from_beside_the_config_file_whatever_the_working_directory(tmp_path, monkeypatch):
+    """`lmsat plan`'s loader and load_plan(config_dir=...) read config/pico.yaml's `pins/{model}.csv`
+    from config/pins/ with the working directory elsewhere; without config_dir (a config that
+    is no file), from the working directory, where there is none."""
+    from lmsat.commands.plan import load
+
+    monkeypatch.chdir(tmp_path)
+    planned = load(str(ROOT / "config" / "pico.yaml"))
+    assert planned.models["pico-decoder-tiny"].commits == plan("pico").models["pico-decoder-tiny"].commits
+    assert len(planned.models["pico-decoder-tiny"].commits) >= 2
+    with pytest.raises(ConfigError, match=r"pins file pins/pico-decoder-tiny.csv does not exist"):
+        load_plan(load_yaml(ROOT / "config" / "pico.yaml"), SCHEMA)
 
 
 # ------------------------------------------------------------------ gated repositories

@@ -202,7 +202,10 @@ _OLMO2 = FamilyAdapter(
 )
 
 # model.config.model_type -> adapter. Llama-style = separate q/k/v/o_proj under
-# model.model.layers[i].self_attn, final norm model.model.norm, no q/k norm.
+# model.model.layers[i].self_attn, final norm model.model.norm, no q/k norm. Checkpoints of
+# formats transformers has no class for (hf_olmo, pico_decoder) are loaded as llama or olmo
+# (lmsat.formats): their q, k, v are the stored fused rows, Pico's q and k reordered within
+# each head, which leaves every q[h]^T k[h] as stored.
 ADAPTERS: dict[str, FamilyAdapter] = {
     "gpt_neox": _GPT_NEOX,
     "gpt2": _GPT2,

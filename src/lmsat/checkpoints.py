@@ -301,7 +301,8 @@ def stored_names(loaded: dict[str, tuple[int, ...]], stored: dict | None) -> dic
     return names
 
 
-def check_weight_values(lm, stored: dict | None, model: ModelEntry, revision: str) -> None:
+def check_weight_values(lm, stored: dict | None, model: ModelEntry, revision: str,
+                        names: dict[str, str] | None = None) -> None:
     """ModelLoadError naming the first tensor of the checkpoint holding NaN/Inf, else the file
     and every matrix (a tensor of 2 or more dimensions: embeddings, projections, the head)
     that is all zero or constant, as a crash that zero-fills a file leaves it, each by its
@@ -312,7 +313,10 @@ def check_weight_values(lm, stored: dict | None, model: ModelEntry, revision: st
 
     One pass over the weights on their device, one host sync. aminmax, not isfinite(t).all():
     NaN propagates into it and +-Inf lands in it, and it allocates nothing (30x faster on
-    a CPU: 0.03 s instead of 0.9 s for a 50304 x 768 head); min == max is a constant tensor."""
+    a CPU: 0.03 s instead of 0.9 s for a 50304 x 768 head); min == max is a constant tensor.
+
+    `names`: {loaded name: its name in the files} of a checkpoint converted at load
+    (lmsat.formats: q_proj is a block of rows of hf_olmo's att_proj), else stored_names' guess."""
     import torch
 
     # The state dict: parameters and persistent buffers, i.e. what a checkpoint holds; not
@@ -331,6 +335,8 @@ def check_weight_values(lm, stored: dict | None, model: ModelEntry, revision: st
         name, tensor = named[int((~finite).nonzero()[0, 0])]
         count = int((~torch.isfinite(tensor)).sum())
         first = tuple(int(i) for i in (~torch.isfinite(tensor)).nonzero()[0])
+        if names and names.get(name, name) != name:
+            name = f"{name} (read from {names[name]})"
         raise ModelLoadError(
             f"{_where(model, revision)}: tensor {name} {tuple(tensor.shape)} holds {count} NaN/Inf value(s) "
             f"(first at index {first}): the checkpoint is broken. Fix: {refetch_fix(model, revision)}"
@@ -338,7 +344,8 @@ def check_weight_values(lm, stored: dict | None, model: ModelEntry, revision: st
     constant = [(name, tuple(tensor.shape), float(low)) for (name, tensor), (low, high) in zip(named, bounds.tolist())
                 if tensor.dim() >= 2 and tensor.numel() > 1 and low == high]
     if constant:
-        in_files = stored_names({name: tuple(tensor.shape) for name, tensor in named}, stored)
+        in_files = ({name: names.get(name, name) for name, _ in named} if names else
+                    stored_names({name: tuple(tensor.shape) for name, tensor in named}, stored))
         constant = [(in_files[name], shape, value) for name, shape, value in constant]
         zero = [f"{name} {shape}" for name, shape, value in constant if value == 0]
         other = [f"{name} {shape} (every value {value:g})" for name, shape, value in constant if value != 0]

@@ -794,10 +794,17 @@ def _refuse_tiny_sample(sample: dict) -> None:
         )
 
 
-def load_plan(config: dict, schema: str | Path | dict, default_run: str = "default") -> Plan:
+def load_plan(config: dict, schema: str | Path | dict, default_run: str = "default",
+              config_dir: str | Path | None = None) -> Plan:
     """Validate `config` against the schema (a dict or its YAML file), fill defaults, check
     references, expand. `default_run` names the run when the config does not (the stem of
-    its config file)."""
+    its config file); `config_dir`, the directory of that file, is where relative paths of
+    pins files (`revisions.pins`, lmsat.pins) are read from (None: the working directory)."""
+    with pins.relative_to(config_dir):
+        return _load_plan(config, schema, default_run)
+
+
+def _load_plan(config: dict, schema: str | Path | dict, default_run: str) -> Plan:
     config = validate_config(offline_defaults(config), schema if isinstance(schema, dict) else load_yaml(schema))
     config = {
         key: _canonical(value, keep_order=key in ("suites", "tokenizers", "corpora"))

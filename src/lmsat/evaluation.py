@@ -335,10 +335,11 @@ def _load_model_and_tokenizer(model_name_or_path, revision, tokenizer, *, cache_
         dtype_key = "dtype" if Version(transformers.__version__) >= Version("4.56") else "torch_dtype"
         torch_dtype = dtype if (dtype == "auto" or isinstance(dtype, torch.dtype)) else getattr(torch, dtype)
         from lmsat.checkpoints import CONFIG_FIX, load_report_problems, transformers_log_to_job_log
+        from lmsat.formats import from_pretrained
 
         try:
-            with transformers_log_to_job_log():  # its load report into the job's log
-                model, loading_info = transformers.AutoModelForCausalLM.from_pretrained(
+            with transformers_log_to_job_log():  # its load report into the job's log; hf_olmo, Pico converted
+                model, loading_info = from_pretrained(
                     str(model_name_or_path), revision=revision, **{dtype_key: torch_dtype}, **hub,
                     output_loading_info=True, ignore_mismatched_sizes=True,
                 )

@@ -20,18 +20,23 @@ with `min_free_mb` left free (`wait_for_space`): other jobs delete the checkpoin
 done with, so fetching cannot run ahead of them until the disk is full.
 
 Only safetensors weights are fetched unless the model allows pickle (.bin) files, and the
-repository's Python files only when it trusts them. huggingface_hub reads the token from
+repository's Python files only when it trusts them. The revision's config.json comes first,
+alone: a checkpoint of a format lmsat converts at load time (lmsat.formats: hf_olmo, Pico's
+pico_decoder) whose config.json holds a field the conversion does not map is refused then,
+naming the field, before any weight is downloaded. huggingface_hub reads the token from
 HF_TOKEN itself; it is never an argument here, nor a config key, nor logged.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import shutil
 import time
 from pathlib import Path
 
+from lmsat import formats
 from lmsat.errors import FetchError
 from lmsat.fingerprint import FETCHED_MARKER
 from lmsat.io import is_disk_full, write_json
@@ -154,6 +159,23 @@ def wait_for_space(path, need_mb: float, reserve_mb: float, max_wait_s: float, *
         waited += wait
 
 
+def hub_config(model: ModelEntry, revision: str, cache_dir) -> dict | None:
+    """config.json of `revision` (downloaded alone into the hub cache `cache_dir`), as a dict;
+    None when the revision has none (the weights' download then says what is there)."""
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import EntryNotFoundError
+
+    try:
+        path = hf_hub_download(model.id, "config.json", revision=model.hub_revision(revision), cache_dir=cache_dir)
+    except EntryNotFoundError:
+        return None
+    try:
+        return json.loads(Path(path).read_text())
+    except ValueError as error:
+        raise FetchError(f"model {model.name} ({model.id}) at revision {revision}: its config.json is not JSON ({error}). "
+                         f"Fix: delete {cache_dir} and rerun") from None
+
+
 def fetch_checkpoint(model: ModelEntry, revision: str, cache_dir, *, policy: RetryPolicy = RetryPolicy(),
                      min_free_mb: float = 0, disk_wait_s: float = 0, sleep=time.sleep) -> Path:
     """Download `revision` of hub model `model` into the hub cache `cache_dir`; returns the
@@ -163,6 +185,21 @@ def fetch_checkpoint(model: ModelEntry, revision: str, cache_dir, *, policy: Ret
 
     what = f"model {model.name} ({model.id}) at revision {revision}"
     require_token(what, model.gated, model.id)
+
+    def failed(error: Exception) -> FetchError:
+        fix = _fix(error, model, revision, cache_dir, policy)
+        return FetchError(f"cannot fetch {what}: {type(error).__name__}: {str(error).rstrip('.')}. Fix: {fix}")
+
+    try:  # config.json alone first: a format lmsat cannot load costs no weight download
+        config = with_backoff(lambda: hub_config(model, revision, cache_dir), policy, what=what, sleep=sleep)
+    except FetchError:
+        raise
+    except Exception as error:
+        raise failed(error) from error
+    try:
+        formats.check_config(config or {}, what)
+    except formats.UnsupportedCheckpoint as error:
+        raise FetchError(f"cannot fetch {what}: {str(error).removeprefix(what + ': ')}") from None
     patterns = allow_patterns(model)
     if min_free_mb > 0:
         need = download_mb(model, revision, patterns)
@@ -180,8 +217,7 @@ def fetch_checkpoint(model: ModelEntry, revision: str, cache_dir, *, policy: Ret
             policy, what=what, sleep=sleep,
         )
     except Exception as error:
-        fix = _fix(error, model, revision, cache_dir, policy)
-        raise FetchError(f"cannot fetch {what}: {type(error).__name__}: {str(error).rstrip('.')}. Fix: {fix}") from error
+        raise failed(error) from error
     folder = Path(folder)
     check_weights(folder, model, revision)
     size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())

@@ -56,6 +56,10 @@ def load_causal_lm(model: ModelEntry, revision: str, *, dtype: str = "float32", 
     Pythia), so the weights are exactly the stored ones. A non-CPU device gets the weights
     straight from the (memory-mapped) files, with no full copy in host RAM.
 
+    A checkpoint of a format transformers has no class for (hf_olmo: OLMo 1, DataDecide;
+    pico_decoder: Pico) is converted at load time to the transformers class of the same maths
+    (lmsat.formats), or refused, naming the config.json fields it does not convert.
+
     Loaded only if its tensors match its config.json exactly (lmsat.checkpoints: readable
     safetensors files, every shard of the index present, one floating dtype, then no
     missing, unexpected or mismatched key in transformers' load report, which goes to the
@@ -63,13 +67,14 @@ def load_causal_lm(model: ModelEntry, revision: str, *, dtype: str = "float32", 
     otherwise a ModelLoadError naming model, revision, file or keys, and the fix.
     """
     import torch
-    from transformers import AutoModelForCausalLM
 
+    from lmsat import formats
     from lmsat.checkpoints import (
         check_load_report,
         check_stored_dtypes,
         check_weight_files,
         check_weight_values,
+        refetch_fix,
         transformers_log_to_job_log,
     )
 
@@ -87,15 +92,17 @@ def load_causal_lm(model: ModelEntry, revision: str, *, dtype: str = "float32", 
     target, source = model.pretrained_source(revision)
     kwargs.update(source)
     try:
-        with transformers_log_to_job_log():
-            lm, loading_info = AutoModelForCausalLM.from_pretrained(target, **kwargs)
+        with transformers_log_to_job_log():  # a format transformers has no class for is converted (lmsat.formats)
+            lm, loading_info = formats.from_pretrained(
+                target, where=f"model {model.name} ({model.id}) at revision {revision}", fix=refetch_fix(model, revision), **kwargs
+            )
     except (OSError, ValueError, EnvironmentError) as error:
         raise ModelLoadError(
             f"cannot load model {model.name} ({model.id}) at revision {revision}{_load_hint(model, error)}: {error}"
         ) from error
     check_load_report(loading_info, model, revision)
     check_stored_dtypes(lm, stored, model, revision)
-    check_weight_values(lm, stored, model, revision)
+    check_weight_values(lm, stored, model, revision, names=loading_info.get("stored_names"))
     text_config = lm.config.get_text_config()
     for field, actual, stated in (
         ("hidden_size", text_config.hidden_size, model.hidden_size),
@@ -122,7 +129,8 @@ def load_causal_lm(model: ModelEntry, revision: str, *, dtype: str = "float32", 
     return lm.to(device).eval()
 
 
-CONTEXT_FIELDS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
+# hf_olmo's is max_sequence_length, Pico's max_seq_len (lmsat.formats converts both)
+CONTEXT_FIELDS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "max_seq_len")
 
 
 def context_length(model_config: dict) -> tuple[str, int] | None:

@@ -24,12 +24,14 @@ The file is written where a network is, by listing the branch's commits:
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import os
 import re
 import subprocess
 import tempfile
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,9 +50,29 @@ class Pin:
     source: str  # where the commit was read (its title on the branch, or a page)
 
 
+# The directory a config's relative `pins` paths are read from: its config file's own (set by
+# lmsat.config.load_plan(config_dir=...) while it plans, and by pin-revisions while it writes);
+# None, for a config that is no file (a module's `config: config`), is the working directory.
+PINS_BASE: ContextVar[Path | None] = ContextVar("pins_base", default=None)
+
+
+@contextlib.contextmanager
+def relative_to(config_dir):
+    """Within it, relative `pins` paths are read from (and written to) `config_dir`."""
+    token = PINS_BASE.set(Path(config_dir) if config_dir else None)
+    try:
+        yield
+    finally:
+        PINS_BASE.reset(token)
+
+
 def pins_path(spec: dict, model: str) -> Path:
-    """The pins file a revisions spec names for `model` (`{model}` in it is the model's name)."""
-    return Path(spec["pins"].format(model=model))
+    """The pins file a revisions spec names for `model` (`{model}` in it is the model's name);
+    a relative path is relative to the config file's directory (PINS_BASE), so
+    `pins: pins/{model}.csv` in config/pico.yaml is config/pins/<model>.csv from anywhere."""
+    path = Path(spec["pins"].format(model=model))
+    base = PINS_BASE.get()
+    return path if path.is_absolute() or base is None else base / path
 
 
 def how_to_pin(configfile: str = "<your config>") -> str:

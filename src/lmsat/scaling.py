@@ -361,12 +361,12 @@ PARAMETER_KINDS = ("non_embedding", "total")
 
 def count_model_parameters(model) -> dict:
     """{kind: count} of a ModelEntry's final revision, plus where the config came from."""
-    from transformers import AutoConfig
+    from lmsat.formats import load_config
 
     revision = model.final_revision
     target, kwargs = model.pretrained_source(revision)
-    try:
-        config = AutoConfig.from_pretrained(target, trust_remote_code=model.trust_remote_code, **kwargs)
+    try:  # a format converted at load (hf_olmo, pico_decoder) is counted as the converted model
+        config = load_config(target, trust_remote_code=model.trust_remote_code, **kwargs)
     except (OSError, ValueError) as error:
         raise ValueError(
             f"cannot read the config of model {model.name} ({model.id}) at {revision}: {error}; "

@@ -90,6 +90,14 @@ else:
 # Validated once, at DAG time, with errors naming the key and the fix; no hub is reached.
 # An unnamed run is named after its config file (config/pythia.yaml -> results/pythia).
 SCHEMA = load_yaml(WORKFLOW_DIR / "schemas" / "config.schema.yaml")
+# Relative pins files (revisions.pins) are read from beside the run's config file (the last
+# --configfile, which names the run), wherever the run is; a module's config: the working directory.
+CONFIG_DIR = (
+    Path((workflow.overwrite_configfiles or workflow.configfiles)[-1]).resolve().parent
+    if workflow.modifier.is_main_snakefile()
+    and (workflow.overwrite_configfiles or workflow.configfiles)
+    else None
+)
 PLAN = load_plan(
     chosen,
     SCHEMA,
@@ -101,6 +109,7 @@ PLAN = load_plan(
         if workflow.overwrite_configfiles
         else "default"
     ),
+    config_dir=CONFIG_DIR,
 )
 RUN = PLAN.run
 for _note in PLAN.notes:  # what planning left out of the config, and how to keep it

@@ -102,7 +102,8 @@ def run(args: argparse.Namespace) -> int:
     for name, model_id, spec, key in models:
         if args.models and name not in args.models:
             continue
-        path, found = pin_model(name, model_id, spec, key, from_clones.get(name))
+        with pins.relative_to(Path(args.configfile).resolve().parent):  # where planning reads it
+            path, found = pin_model(name, model_id, spec, key, from_clones.get(name))
         steps = list(found)
         print(f"{name}: {len(found)} commits pinned in {path} (steps {steps[0]} .. {steps[-1]})")
     return 0

@@ -384,7 +384,8 @@ def load(configfile: str | None):
 
     path = Path(configfile) if configfile else ROOT / "config" / "config.yaml"
     schema = ROOT / "workflow" / "schemas" / "config.schema.yaml"
-    return load_plan(load_yaml(path), schema, default_run=path.stem if configfile else "default")
+    return load_plan(load_yaml(path), schema, default_run=path.stem if configfile else "default",
+                     config_dir=path.resolve().parent)  # its pins files are read from beside it
 
 
 def run(args) -> int:
