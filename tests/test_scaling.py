@@ -156,6 +156,7 @@ def _family_configs():
         "gemma": T.GemmaConfig(**base, num_key_value_heads=2, head_dim=8),
         "olmo": T.OlmoConfig(**base),
         "olmo2": T.Olmo2Config(**base, num_key_value_heads=2),
+        "smollm3": T.SmolLM3Config(**base, num_key_value_heads=2, pad_token_id=0, bos_token_id=1, eos_token_id=2),
     }
 
 

@@ -254,7 +254,7 @@ def _gpt_neox_counts(config) -> tuple[int, int]:
 
 def _separate_projection_counts(get, family: str) -> tuple[int, int]:
     """(non-embedding, embedding) of the Llama-style families (llama, mistral, qwen2, gemma,
-    olmo, olmo2): q/k/v/o projections (grouped-query k/v), a gated MLP (3 matrices), their
+    olmo, olmo2, smollm3: its layers without RoPE hold the same matrices): q/k/v/o projections (grouped-query k/v), a gated MLP (3 matrices), their
     norms and the final norm, from the config's shapes."""
     h, n_layers, inner, vocab = get("hidden_size"), get("num_hidden_layers"), get("intermediate_size"), get("vocab_size")
     n_heads = get("num_attention_heads")
@@ -305,7 +305,7 @@ FAMILY_COUNTS = {
     "gpt2": lambda config: _gpt2_counts(_getter(config)),
     "opt": lambda config: _opt_counts(_getter(config)),
     **{family: (lambda config, family=family: _separate_projection_counts(_getter(config), family))
-       for family in ("llama", "mistral", "qwen2", "gemma", "olmo", "olmo2")},
+       for family in ("llama", "mistral", "qwen2", "gemma", "olmo", "olmo2", "smollm3")},
 }
 
 
