@@ -21,7 +21,7 @@ import jsonschema
 import yaml
 
 from lmsat import rundir, schedules
-from lmsat.errors import ConfigError
+from lmsat.errors import ConfigError, ConfigFileError
 from lmsat.models import check_context
 from lmsat.models import context_length as context_length  # lmsat init reads a checkpoint's context
 from lmsat.names import PATH_NAME_PATTERN as PATH_NAME_PATTERN  # the schema's pattern of names
@@ -199,14 +199,75 @@ def _refuse_duplicate_keys(node: yaml.Node, source: str, key: str = "") -> None:
             _refuse_duplicate_keys(item, source, f"{key}[{i}]")
 
 
+NOT_A_CONFIG_FIX = "give a YAML config file (such as config/config.yaml or one `lmsat init` wrote)"
+
+
 def load_yaml(path: str | Path) -> dict:
-    """A YAML (or JSON) config file; ConfigError naming file, key and lines for a duplicate key."""
-    with open(path) as handle:
-        text = handle.read()
-    node = yaml.compose(text, Loader=yaml.SafeLoader)
-    if node is not None:
-        _refuse_duplicate_keys(node, str(path))
-    return yaml.safe_load(text) or {}
+    """A YAML (or JSON) config file. ConfigFileError naming the file when it is no config at all
+    (binary, as a checkpoint's weights or an HDF5 cache; not YAML; a list or a string, as a
+    CSV table reads), ConfigError naming file, key and lines for a duplicate key."""
+    data = Path(path).read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ConfigFileError(path, f"a binary file, not a YAML config (byte {error.start} is not UTF-8 text)",
+                              NOT_A_CONFIG_FIX) from None
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        if node is not None:
+            _refuse_duplicate_keys(node, str(path))
+        value = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        where = getattr(error, "problem_mark", None)
+        line = f" (line {where.line + 1}, column {where.column + 1})" if where is not None else ""
+        raise ConfigFileError(path, f"not valid YAML{line}: {getattr(error, 'problem', None) or error}",
+                              "correct the YAML there (indent with spaces, never tabs), or " + NOT_A_CONFIG_FIX) from None
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        shown = text.strip().splitlines()[0][:60] if text.strip() else ""
+        raise ConfigFileError(path, f"holds a YAML {type(value).__name__} ({shown!r}), not a mapping of config keys",
+                              NOT_A_CONFIG_FIX)
+    return value
+
+
+def read_config_files(paths, schema: dict, targets: bool = True) -> dict[str, dict]:
+    """path -> its config, for every config file of a plan (load_yaml's checks). A mapping none
+    of whose keys is a config key (the schema's top-level ones), as a run's JSON record, is
+    refused as no config too. With `targets` (the files came from Snakemake's command line),
+    each refusal also says how to write a target: --configfile takes every argument after it,
+    so `snakemake --configfile mine.yaml results/x` reads the target as a config file."""
+    here = Path.cwd().resolve()
+
+    def shown(path: str) -> str:  # as the user wrote it, mostly (Snakemake makes the paths absolute)
+        resolved = Path(path).resolve()
+        return str(resolved.relative_to(here)) if resolved.is_relative_to(here) else path
+
+    keys = set(schema.get("properties", {}))
+    read, errors = {}, {}
+    for path in map(str, paths):
+        try:
+            config = load_yaml(path)
+        except ConfigFileError as error:
+            errors[path] = error
+            continue
+        if config and not keys & set(config):
+            errors[path] = ConfigFileError(
+                shown(path), f"none of its keys ({', '.join(sorted(map(str, config))[:5])}) is a config key "
+                f"({', '.join(sorted(keys)[:6])}, ...): it is no config", NOT_A_CONFIG_FIX)
+            continue
+        read[path] = config
+    for path, error in errors.items():
+        if not targets:
+            raise error
+        config = shown(next(iter(read), "config/mine.yaml"))
+        raise ConfigFileError(
+            shown(path), error.problem,
+            f"if {shown(path)} is a target, write `--` before the targets: Snakemake's --configfile takes every "
+            f"argument after it as a config file (snakemake --configfile {config} -- {shown(path)}); else "
+            + NOT_A_CONFIG_FIX,
+        ) from None
+    return read
 
 
 def _with_defaults(validator_class):

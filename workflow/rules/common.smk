@@ -41,6 +41,7 @@ from lmsat.config import (
     load_plan,
     load_yaml,
     ngram_tokenizers,
+    read_config_files,
     result_config,
     run_of_config_file,
     write_run_claim,
@@ -67,11 +68,13 @@ if Path(sys.modules["lmsat"].__file__ or ".").resolve().parent != LMSAT_SRC / "l
     )
 
 # Every config file Snakemake read is read again with lmsat's strict loader: a key given
-# twice is an error naming file, key and lines (Snakemake's loader silently keeps the last).
-READ_CONFIGS = {
-    str(path): load_yaml(path)
-    for path in [*workflow.overwrite_configfiles, *workflow.configfiles]
-}
+# twice is an error naming file, key and lines (Snakemake's loader silently keeps the last),
+# and a file that is no config (a target written after --configfile, which takes every
+# argument after it) is named, with how to write the target.
+SCHEMA = load_yaml(WORKFLOW_DIR / "schemas" / "config.schema.yaml")
+READ_CONFIGS = read_config_files(
+    [*workflow.overwrite_configfiles, *workflow.configfiles], SCHEMA
+)
 if not workflow.modifier.is_main_snakefile():
     # A module plans the config its `module` statement passes (`config: config`, or any
     # dict), as given: never re-read from the deploying workflow's files, never changed.
@@ -88,7 +91,6 @@ else:
 
 # Validated once, at DAG time, with errors naming the key and the fix; no hub is reached.
 # An unnamed run is named after its config file (config/pythia.yaml -> results/pythia).
-SCHEMA = load_yaml(WORKFLOW_DIR / "schemas" / "config.schema.yaml")
 PLAN = load_plan(
     chosen,
     SCHEMA,
