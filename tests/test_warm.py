@@ -417,3 +417,32 @@ def test_the_jobs_of_a_sigkilled_warm_interpreter_die_with_it_and_never_write_la
         assert not (tmp_path / "output.txt").exists()  # no late write
     finally:
         server.stop()
+
+
+ACTIVATE = Path(sys.prefix) / "bin" / "activate"
+
+
+@pytest.mark.skipif(not ACTIVATE.exists(), reason="these tests do not run in a venv with an activate script")
+def test_a_run_from_an_activated_venv_forks_its_jobs(tmp_path):
+    """Issue 46, case 10: `. .venv/bin/activate`, as the README says, exports PS1; the job shells
+    (a non-interactive bash) drop it, and every job was declined ("its environment differs in
+    PS1"): a default run took 12 min 52 s instead of 2.7. A real run from a real activated shell."""
+    import shlex
+
+    import yaml
+
+    from conftest import ROOT, small_toy_config
+
+    config = small_toy_config(("toy-d16",), n_seq=16, chunk=4)
+    config.update(metrics=["loss"])
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    snakemake = (f"python -m snakemake -s {shlex.quote(str(ROOT / 'Snakefile'))} --directory {shlex.quote(str(tmp_path))} "
+                 f"--configfile config.yaml --cores 2 results/default/tables/loss.csv")
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV_DISABLE_PROMPT", warm.SOCKET_VARIABLE)}
+    done = subprocess.run(["bash", "-c", f". {shlex.quote(str(ACTIVATE))} && test -n \"$PS1\" && {snakemake}"],
+                          cwd=tmp_path, env=dict(env, HF_HUB_OFFLINE="1"), capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stderr[-4000:]
+    log = (tmp_path / "logs" / "default" / "warm_interpreter.log").read_text()
+    served = [line for line in log.splitlines() if ": exit 0," in line]
+    assert "declined" not in log and len(served) >= warm.MIN_JOBS, log
+    assert "starts its own interpreter" not in done.stderr

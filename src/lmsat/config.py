@@ -126,17 +126,42 @@ def check_run_claim(run_dir, result: dict, sources: str, replace: bool) -> None:
     """ConfigError before anything is planned into `run_dir` (results/<run>/) when its
     finished outputs came from another result config than `result` (lmsat.config.result_config
     of this plan; `sources`: its config files, in words): what differs, both configs, and
-    the two fixes. `replace` (config key replace_results) lets the plan replace them."""
+    the two fixes. `replace` (config key replace_results) lets the plan replace them.
+
+    Finished outputs without a readable claim are refused too: a claim truncated, emptied or
+    not lmsat's record protects nothing, and a deleted one is a pass only when the config hash
+    every table records (its provenance columns) is this plan's."""
     path = Path(run_dir) / RUN_CLAIM
-    if replace or not path.is_file():
+    if replace:
         return
-    if not any(p.is_file() and p != path for p in Path(run_dir).rglob("*")):
+    claim = {path, path.with_name(path.name + ".tmp")}  # the claim, and write_run_claim's temporary file
+    outputs = (p for p in Path(run_dir).rglob("*") if p not in claim and p.is_file())
+    first = next(outputs, None)
+    if first is None:
         return  # claimed, but nothing finished there yet: nothing to lose
+
+    def finished() -> str:  # counted only for a refusal: planning a big run walks no tree
+        return f"{1 + sum(1 for _ in outputs)} files, e.g. {first.relative_to(run_dir)}"
+    override = ("or, to plan this config over them (replacing what it changes), set replace_results: true "
+                "(e.g. --config replace_results=true)")
+    if not path.exists():
+        _check_unclaimed_outputs(Path(run_dir), result, sources, finished(), override)
+        return
     try:
         record = json.loads(path.read_text())
         recorded = record["result_config"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return  # not a record this lmsat wrote: no claim to honour
+        if not isinstance(recorded, dict):
+            raise TypeError(f"result_config is a {type(recorded).__name__}")
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        why = {KeyError: f"no key {error}", json.JSONDecodeError: f"not JSON: {error}"}.get(type(error), str(error))
+        raise ConfigError(
+            "run",
+            f"{path}, the claim of the finished outputs in {run_dir}/ ({finished()}), cannot be read "
+            f"({why}: truncated, emptied or written by hand), so planning cannot tell whether this plan ({sources}) "
+            "would replace them",
+            f"put the claim back (from a backup or a copy of the run); or, if these outputs are this config's, delete "
+            f"{path}: planning then checks them against the config hash their tables record; {override}",
+        ) from None
     differences = claim_differences(recorded, result)
     if not differences:
         return
@@ -151,6 +176,48 @@ def check_run_claim(run_dir, result: dict, sources: str, replace: bool) -> None:
         "would replace that run's samples, caches and tables",
         "give this config another `run:` (a directory of its own), or, to replace the old results, set "
         "replace_results: true (e.g. --config replace_results=true)",
+    )
+
+
+def recorded_config_hashes(run_dir) -> dict[str, list[str]]:
+    """config hash -> the tables of `run_dir` (results/<run>/tables/*.csv) whose provenance
+    column `config_sha256` (lmsat.tables.with_provenance) records it; read from each table's
+    header and first row only (planning stays cheap)."""
+    import csv
+
+    found: dict[str, list[str]] = {}
+    for table in sorted((Path(run_dir) / "tables").glob("*.csv")):
+        try:
+            with open(table, newline="") as handle:
+                rows = csv.reader(handle)
+                header, first = next(rows), next(rows)
+            value = first[header.index("config_sha256")]
+        except (OSError, StopIteration, ValueError, IndexError, UnicodeDecodeError, csv.Error):
+            continue  # no rows, no provenance, or unreadable: no evidence either way
+        found.setdefault(value, []).append(table.name)
+    return found
+
+
+def _check_unclaimed_outputs(run_dir: Path, result: dict, sources: str, finished: str, override: str) -> None:
+    """A run directory with finished outputs and no claim (deleted, or from before claims):
+    a pass only when its tables record this plan's config hash, and no other."""
+    ours = config_sha256(result)
+    made_by = recorded_config_hashes(run_dir)
+    if set(made_by) == {ours}:
+        return  # this config's outputs: the run's start writes the claim again
+    if made_by:
+        others = "; ".join(f"{h[:12]} in {', '.join(tables[:3])}{', ...' if len(tables) > 3 else ''}"
+                           for h, tables in sorted(made_by.items()) if h != ours)
+        evidence = f"its tables record another config (config_sha256 {others}; this plan's is {ours[:12]})"
+    else:
+        evidence = "no table there records the config hash that made it"
+    raise ConfigError(
+        "run",
+        f"{run_dir}/ holds finished outputs ({finished}) but no claim "
+        f"({run_dir / RUN_CLAIM} is missing), and {evidence}, so this plan ({sources}) could replace another "
+        "config's samples, caches and tables",
+        f"put {run_dir / RUN_CLAIM} back (from a backup or a copy of the run); or give this config another `run:` "
+        f"(a directory of its own); {override}",
     )
 
 
