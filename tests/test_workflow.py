@@ -227,3 +227,45 @@ def test_tables_match_the_recorded_default_run(default_run):
 
     differences = compare_tables(default_run[0] / "results/default/tables")
     assert differences == [], "\n".join(differences[:40])
+
+
+def test_a_rerun_completes_a_run_after_an_interrupted_forcerun(default_run, tmp_path):
+    """Issue 46, case 8: `snakemake --forcerun analyse_checkpoint -- results/default/tables/loss.csv`,
+    killed with SIGKILL while two checkpoints' jobs ran (Snakemake had removed their outputs), left
+    their cache, spectra and attention files missing, and no rerun, not even the full plan, made
+    them again: Snakemake remakes a missing file only for a job that runs or for a target, and the
+    metric records and tables after them were up to date. `all` now names every per-checkpoint
+    file, so a rerun brings the run back to complete."""
+    import os
+    import shutil
+    import signal
+    import time
+
+    workdir = tmp_path / "run"
+    shutil.copytree(default_run[0], workdir, symlinks=True)  # keeps mtimes, like cp -a
+    command = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory", str(workdir),
+               "--configfile", str(ROOT / "config" / "config.yaml"), "--cores", "2"]
+    outputs = ("cache", "spectra", "attention")
+    per_checkpoint = sorted(workdir.glob("results/default/cache/*/*.h5"))
+    lost = lambda: [p for p in per_checkpoint if not p.exists()]  # noqa: E731 (removed by Snakemake for a job)
+    forced = subprocess.Popen(command + ["--forcerun", "analyse_checkpoint", "--", "results/default/tables/loss.csv"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 600
+    while len(lost()) < 2 and forced.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.kill(forced.pid, signal.SIGKILL)  # Snakemake alone: its jobs and warm interpreter end as they do then
+    forced.wait()
+    missing = [p.relative_to(workdir) for p in lost()]
+    assert missing, "the forced run ended before any job had started"
+    time.sleep(15)  # the warm interpreter sees Snakemake gone and ends its jobs
+
+    plain = subprocess.run(command + ["-n"], capture_output=True, text=True, timeout=600)
+    assert "Nothing to be done" not in plain.stdout + plain.stderr, plain.stdout[-3000:]
+    rerun = subprocess.run(command + ["--rerun-incomplete"], capture_output=True, text=True, timeout=1800)
+    assert rerun.returncode == 0, rerun.stderr[-4000:]
+    for path in missing:
+        for kind in outputs:
+            assert (workdir / str(path).replace("/cache/", f"/{kind}/")).exists(), (kind, path)
+    assert not list(workdir.glob("results/**/*.parts")) and not list((workdir / ".snakemake/incomplete").iterdir())
+    done = subprocess.run(command + ["-n"], capture_output=True, text=True, timeout=600)
+    assert "Nothing to be done" in done.stdout + done.stderr, done.stdout[-3000:]

@@ -247,8 +247,29 @@ wildcard_constraints:
 
 def get_sample(wildcards):
     """The eval token sample of the model's tokenizer (made by rule sample_eval_tokens)."""
-    corpus, tokenizer = CONFIG["sample"]["corpus"], MODELS[wildcards.model].tokenizer
+    return sample_file(wildcards.model)
+
+
+def sample_file(model):
+    corpus, tokenizer = CONFIG["sample"]["corpus"], MODELS[model].tokenizer
     return f"results/{RUN}/samples/{corpus}/{tokenizer}.h5"
+
+
+def checkpoint_files(pattern, **extra):
+    """`pattern` formatted for every (model, revision) of the plan."""
+    return [
+        pattern.format(run=RUN, model=model, revision=revision, **extra)
+        for model, revision in PLAN.checkpoints()
+    ]
+
+
+def metric_files(metric):
+    """The per-checkpoint files of a planned metric, for every checkpoint of the plan."""
+    if METRICS[metric].reads == "weights":
+        return checkpoint_files(WEIGHT_METRIC_FILES[metric])
+    return checkpoint_files(
+        "results/{run}/metrics/{metric}/{model}/{revision}.json", metric=metric
+    )
 
 
 def tracked_weights(model, revision):

@@ -3,23 +3,6 @@
 # and functions). What several stages share: common.smk.
 
 
-def checkpoint_files(pattern, **extra):
-    """`pattern` formatted for every (model, revision) of the plan."""
-    return [
-        pattern.format(run=RUN, model=model, revision=revision, **extra)
-        for model, revision in PLAN.checkpoints()
-    ]
-
-
-def metric_files(metric):
-    """The per-checkpoint files of a planned metric, for every checkpoint of the plan."""
-    if METRICS[metric].reads == "weights":
-        return checkpoint_files(WEIGHT_METRIC_FILES[metric])
-    return checkpoint_files(
-        "results/{run}/metrics/{metric}/{model}/{revision}.json", metric=metric
-    )
-
-
 def get_metric_table_inputs(wildcards):
     """Rule tabulate_metric: the metric's per-checkpoint files and the tables it needs."""
     metric = METRICS[METRIC_TABLES[wildcards.table]]
