@@ -184,13 +184,19 @@ def checkpoint_outputs():
         return []
     samples = [sample_file(model) for model in MODELS]
     cache = checkpoint_files("results/{run}/cache/{model}/{revision}.h5")
-    return samples + cache + [f for metric in PLANNED_METRICS for f in metric_files(metric)]
+    return (
+        samples
+        + cache
+        + [f for metric in PLANNED_METRICS for f in metric_files(metric)]
+    )
 
 
 def get_final_outputs():
     """Everything the workflow makes by default (the input of `all`): tables, figures, report,
     and the per-checkpoint files they are built from (checkpoint_outputs)."""
-    outputs = table_outputs() + figure_outputs() + report_outputs() + checkpoint_outputs()
+    outputs = (
+        table_outputs() + figure_outputs() + report_outputs() + checkpoint_outputs()
+    )
     return list(dict.fromkeys(outputs))
 
 
