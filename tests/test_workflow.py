@@ -258,6 +258,8 @@ def test_a_rerun_completes_a_run_after_an_interrupted_forcerun(default_run, tmp_
     missing = [p.relative_to(workdir) for p in lost()]
     assert missing, "the forced run ended before any job had started"
     time.sleep(15)  # the warm interpreter sees Snakemake gone and ends its jobs
+    unlocked = subprocess.run(command + ["--unlock"], capture_output=True, text=True, timeout=600)
+    assert unlocked.returncode == 0, unlocked.stderr[-3000:]  # as Snakemake asks after a SIGKILL
 
     plain = subprocess.run(command + ["-n"], capture_output=True, text=True, timeout=600)
     assert "Nothing to be done" not in plain.stdout + plain.stderr, plain.stdout[-3000:]
