@@ -186,7 +186,7 @@ def hand_off() -> None:
     if status is None:
         # The job fails; Snakemake then removes its outputs, so the forked process must be gone
         # first: a write of it after that removal would be taken for a finished output.
-        ended = _end_orphan(pidfd)
+        ended = _end_orphan(pid, pidfd)
         print(f"lmsat.warm: the warm interpreter ended before job process {pid} reported how it ended"
               f"{'; that process was killed' if ended else ''}", file=sys.stderr)
         code = 1
@@ -198,9 +198,9 @@ def hand_off() -> None:
     os._exit(code)
 
 
-def _end_orphan(pidfd: int | None) -> bool:
-    """SIGKILL the forked job behind `pidfd` and wait until it has ended; False without a pidfd
-    (its own parent-death signal, _die_with_parent, ends it then)."""
+def _end_orphan(pid: int, pidfd: int | None) -> bool:
+    """SIGKILL the forked job `pid` (through its `pidfd`) and wait until it has ended; False
+    without a pidfd (its own parent-death signal, _die_with_parent, ends it then)."""
     if pidfd is None:
         return False
     try:
@@ -208,7 +208,7 @@ def _end_orphan(pidfd: int | None) -> bool:
     except ProcessLookupError:
         pass  # ended already
     while not select.select([pidfd], [], [], 10)[0]:  # readable once the process has exited
-        print(f"lmsat.warm: waiting for killed job process (pidfd {pidfd}) to end", file=sys.stderr)
+        print(f"lmsat.warm: waiting for killed job process {pid} to end", file=sys.stderr)
     return True
 
 
@@ -359,8 +359,7 @@ class _Server:
         server = os.getpid()
         pid = os.fork()
         if pid == 0:
-            _die_with_parent(server)
-            self.become_job(conn, request, fds)  # never returns
+            self.become_job(conn, request, fds, server)  # never returns
         for fd in fds:
             os.close(fd)
         conn.settimeout(None)
@@ -378,10 +377,11 @@ class _Server:
             for fd in pidfd:
                 os.close(fd)
 
-    def become_job(self, conn: socket.socket, request: dict, fds: list[int]) -> None:
+    def become_job(self, conn: socket.socket, request: dict, fds: list[int], server: int) -> None:
         global SERVING
         code = 1
         try:
+            _die_with_parent(server)
             SERVING = True
             signal.set_wakeup_fd(-1)
             for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
