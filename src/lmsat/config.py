@@ -122,7 +122,7 @@ def claim_differences(recorded, current, key: str = "") -> list[tuple[str, objec
     return [] if same else [(key, recorded, current)]
 
 
-def check_run_claim(run_dir, result: dict, sources: str, replace: bool) -> None:
+def check_run_claim(run_dir, result: dict, sources: str, replace: bool, claimed: bool = True) -> None:
     """ConfigError before anything is planned into `run_dir` (results/<run>/) when its
     finished outputs came from another result config than `result` (lmsat.config.result_config
     of this plan; `sources`: its config files, in words): what differs, both configs, and
@@ -130,7 +130,8 @@ def check_run_claim(run_dir, result: dict, sources: str, replace: bool) -> None:
 
     Finished outputs without a readable claim are refused too: a claim truncated, emptied or
     not lmsat's record protects nothing, and a deleted one is a pass only when the config hash
-    every table records (its provenance columns) is this plan's."""
+    every table records (its provenance columns) is this plan's. `claimed` False: runs here
+    write no claim (lmsat as a `module`), so a missing one is no evidence."""
     path = Path(run_dir) / RUN_CLAIM
     if replace:
         return
@@ -145,6 +146,8 @@ def check_run_claim(run_dir, result: dict, sources: str, replace: bool) -> None:
     override = ("or, to plan this config over them (replacing what it changes), set replace_results: true "
                 "(e.g. --config replace_results=true)")
     if not path.exists():
+        if not claimed:
+            return
         _check_unclaimed_outputs(Path(run_dir), result, sources, finished(), override)
         return
     try:
@@ -298,19 +301,20 @@ def load_yaml(path: str | Path) -> dict:
     return value
 
 
-def read_config_files(paths, schema: dict, targets: bool = True) -> dict[str, dict]:
+def read_config_files(paths, schema: dict | None, targets: bool = True) -> dict[str, dict]:
     """path -> its config, for every config file of a plan (load_yaml's checks). A mapping none
     of whose keys is a config key (the schema's top-level ones), as a run's JSON record, is
     refused as no config too. With `targets` (the files came from Snakemake's command line),
     each refusal also says how to write a target: --configfile takes every argument after it,
-    so `snakemake --configfile mine.yaml results/x` reads the target as a config file."""
+    so `snakemake --configfile mine.yaml results/x` reads the target as a config file.
+    `schema` None: no key check (lmsat as a `module`: the deploying workflow's own config files)."""
     here = Path.cwd().resolve()
 
     def shown(path: str) -> str:  # as the user wrote it, mostly (Snakemake makes the paths absolute)
         resolved = Path(path).resolve()
         return str(resolved.relative_to(here)) if resolved.is_relative_to(here) else path
 
-    keys = set(schema.get("properties", {}))
+    keys = set(schema.get("properties", {})) if schema is not None else None
     read, errors = {}, {}
     for path in map(str, paths):
         try:
@@ -318,7 +322,7 @@ def read_config_files(paths, schema: dict, targets: bool = True) -> dict[str, di
         except ConfigFileError as error:
             errors[path] = error
             continue
-        if config and not keys & set(config):
+        if keys is not None and config and not keys & set(config):
             errors[path] = ConfigFileError(
                 shown(path), f"none of its keys ({', '.join(sorted(map(str, config))[:5])}) is a config key "
                 f"({', '.join(sorted(keys)[:6])}, ...): it is no config", NOT_A_CONFIG_FIX)

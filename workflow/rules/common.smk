@@ -73,7 +73,8 @@ if Path(sys.modules["lmsat"].__file__ or ".").resolve().parent != LMSAT_SRC / "l
 # argument after it) is named, with how to write the target.
 SCHEMA = load_yaml(WORKFLOW_DIR / "schemas" / "config.schema.yaml")
 READ_CONFIGS = read_config_files(
-    [*workflow.overwrite_configfiles, *workflow.configfiles], SCHEMA
+    [*workflow.overwrite_configfiles, *workflow.configfiles],
+    SCHEMA if workflow.modifier.is_main_snakefile() else None,
 )
 if not workflow.modifier.is_main_snakefile():
     # A module plans the config its `module` statement passes (`config: config`, or any
@@ -162,7 +163,11 @@ CONFIG_SOURCES = (
     else "the config dict a `module` statement passed"
 )
 check_run_claim(
-    f"results/{RUN}", RESULT_CONFIG, CONFIG_SOURCES, CONFIG["replace_results"]
+    f"results/{RUN}",
+    RESULT_CONFIG,
+    CONFIG_SOURCES,
+    CONFIG["replace_results"],
+    claimed=workflow.modifier.is_main_snakefile(),  # a module's run writes no claim
 )
 
 
