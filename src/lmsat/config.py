@@ -84,6 +84,9 @@ def config_sha256(config: dict) -> str:
 # The record of the result config that made a run's finished outputs (results/<run>/...):
 # written when a run starts executing, compared by every planning into the same directory.
 RUN_CLAIM = "run_config.json"
+# What a user may place in a run directory by hand before its first run (a hub checkpoint
+# staged by hand, data staged on another machine): inputs, not evidence of a finished run.
+INPUT_DIRS = ("weights", "staged")
 # Result-config keys whose change is no conflict: they add to a run, never change what its
 # finished outputs mean (more metrics plan more files, never other ones).
 ADDITIVE_KEYS = ("metrics", "run")
@@ -146,9 +149,13 @@ def check_run_claim(run_dir, result: dict, sources: str, replace: bool, claimed:
     override = ("or, to plan this config over them (replacing what it changes), set replace_results: true "
                 "(e.g. --config replace_results=true)")
     if not path.exists():
-        if not claimed:
-            return
-        _check_unclaimed_outputs(Path(run_dir), result, sources, finished(), override)
+        # No claim: only what a run of some config made is evidence of one, not the checkpoints
+        # and staged data a user puts there by hand before the first run (weights/, staged/).
+        made = [p for p in Path(run_dir).rglob("*") if p.relative_to(run_dir).parts[0] not in INPUT_DIRS
+                and p not in claim and p.is_file()]
+        if claimed and made:
+            found = f"{len(made)} files, e.g. {made[0].relative_to(run_dir)}"
+            _check_unclaimed_outputs(Path(run_dir), result, sources, found, override)
         return
     try:
         record = json.loads(path.read_text())
