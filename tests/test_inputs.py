@@ -157,6 +157,72 @@ def test_snakemake_refuses_a_config_file_with_a_key_given_twice(tmp_path):
     assert "Job stats" not in result.stdout
 
 
+# ------------------------------------------------------------ files that are no config (issue 46, case 13)
+
+
+def no_configs(tmp_path) -> dict[str, tuple]:
+    """Real files a user can hand to --configfile by mistake -> what the named error says."""
+    import json
+
+    import torch
+    from safetensors.torch import save_file
+
+    save_file({"embed_out.weight": torch.randn(64, 16)}, tmp_path / "model.safetensors")
+    (tmp_path / "loss.csv").write_text("model,revision,step,loss\ntoy-d16,step0,0,5.5\n")
+    (tmp_path / "step0.json").write_text(json.dumps({"model": "toy-d16", "revision": "step0", "loss": 5.5}))
+    (tmp_path / "tabs.yaml").write_text("seed: 1\nsample:\n\tn_tokens: 8\n")
+    return {
+        "model.safetensors": ("a binary file, not a YAML config (byte", "give a YAML config file"),
+        "loss.csv": ("holds a YAML str ('model,revision,step,loss'), not a mapping of config keys", "give a YAML config"),
+        "step0.json": ("none of its keys (loss, model, revision) is a config key", "give a YAML config file"),
+        "tabs.yaml": ("not valid YAML (line 3, column 1)", "correct the YAML there (indent with spaces, never tabs)"),
+    }
+
+
+def test_a_file_that_is_no_config_is_named_with_its_problem(tmp_path):
+    """`lmsat plan --configfile model.safetensors` gave a UnicodeDecodeError traceback."""
+    from lmsat.config import ConfigFileError, read_config_files
+
+    schema = load_yaml(SCHEMA)
+    for name, (problem, fix) in no_configs(tmp_path).items():
+        with pytest.raises(ConfigFileError) as info:
+            read_config_files([tmp_path / name], schema, targets=False)
+        message = str(info.value)
+        assert message.startswith(f"config file {tmp_path / name}: {problem}") and f"Fix: {fix}" in message, message
+    (tmp_path / "mine.yaml").write_text("seed: 3\n")
+    assert read_config_files([tmp_path / "mine.yaml"], schema) == {str(tmp_path / "mine.yaml"): {"seed": 3}}
+
+
+def test_snakemake_names_a_target_written_after_configfile_and_says_to_write_dashes(tmp_path):
+    """--configfile takes every argument after it: `snakemake --configfile mine.yaml results/...json`
+    read the target as a config file. A target Snakemake itself can read (a JSON record; a
+    binary or missing target stops Snakemake's own command line, before the workflow) is named,
+    with the fix; with `--` before it, the target is planned as one."""
+    import shutil
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    shutil.copy(ROOT / "config" / "config.yaml", tmp_path / "mine.yaml")
+    target = "results/mine/metrics/loss/toy-d16/step0.json"
+    (tmp_path / target).parent.mkdir(parents=True)
+    (tmp_path / target).write_text('{"model": "toy-d16", "revision": "step0", "loss": 5.5}')
+    command = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory", str(tmp_path), "-n",
+               "--cores", "1", "--configfile", "mine.yaml"]
+    result = subprocess.run(command + [target], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300,
+                            cwd=tmp_path)
+    out = " ".join(result.stdout.split())
+    assert result.returncode != 0 and "Job stats" not in out
+    assert (f"config file {target}: none of its keys (loss, model, revision) is a config key" in out
+            and f"Fix: if {target} is a target, write `--` before the targets" in out
+            and f"(snakemake --configfile mine.yaml -- {target})" in out), out[-3000:]
+    (tmp_path / target).unlink()  # (a finished output without its run's claim would be refused: case 7)
+    result = subprocess.run(command + ["--", target], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            timeout=300, cwd=tmp_path)
+    assert result.returncode == 0 and "rule compute_checkpoint_metric" in result.stdout, result.stdout[-3000:]
+
+
 # ------------------------------------------------------------ corpus files
 
 

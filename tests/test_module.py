@@ -150,6 +150,23 @@ def test_a_key_given_twice_in_the_deploying_config_file_is_refused(tmp_path):
     assert "Job stats" not in result.stdout
 
 
+def test_the_deploying_workflows_own_config_and_a_module_runs_unclaimed_outputs_plan(tmp_path):
+    """The deploying workflow's own config file holds no lmsat key, and a module's run writes no
+    claim (results/<run>/run_config.json): neither is refused as the main workflow refuses a
+    file that is no config, or finished outputs without a claim (issue 46, cases 7 and 13)."""
+    decoy_dir, _ = decoy(tmp_path)
+    workdir = tmp_path / "deployer"
+    (workdir / "config").mkdir(parents=True)
+    (workdir / "config" / "samples.yaml").write_text("samples: [a, b]\nreference: hg38\n")
+    deploy(workdir, 'configfile: "config/samples.yaml"\n\n', repr(module_config("unclaimed")))
+    interrupted = workdir / "results" / "unclaimed" / "toy" / "tokenizer" / "tokenizer.json"
+    interrupted.parent.mkdir(parents=True)
+    interrupted.write_text("{}")  # what an interrupted module run left, before any table
+    result = snakemake(workdir, decoy_dir, "-n")
+    assert result.returncode == 0, result.stdout[-4000:]
+    assert planned_runs_and_metrics(result.stdout) == ({"unclaimed"}, {"loss"})
+
+
 @pytest.mark.slow
 def test_a_deployed_module_runs_to_the_end_with_its_own_lmsat(tmp_path):
     """The whole module run (two toy models, the loss metric, the scaling fit, the report

@@ -166,3 +166,40 @@ def test_init_names_a_config_error_without_a_traceback(tmp_path):
     assert done.returncode == 2 and "Traceback" not in done.stderr and "holds no checkpoint directory" in done.stderr
     done = lmsat("init", tmp_path / "run", "--debug", cwd=tmp_path)
     assert done.returncode != 0 and "Traceback" in done.stderr and "holds no checkpoint directory" in done.stderr
+
+
+def test_a_directory_that_does_not_exist_is_refused_and_nothing_is_created(tmp_path):
+    """Issue 46, case 6: `lmsat plan --directory /nonexistent` printed a plan in which nothing was
+    done yet, with rc 0, and created /nonexistent/.snakemake/."""
+    missing = tmp_path / "nonexistent"
+    for config in ([], ["--configfile", ROOT / "config" / "config.yaml"]):
+        done = lmsat("plan", *config, "--directory", missing, cwd=tmp_path)
+        assert done.returncode == 2 and "Traceback" not in done.stderr and not done.stdout, done.stderr
+        assert f"--directory {missing}: no such directory. Fix: give the directory the run is in" in done.stderr
+        assert not missing.exists()
+    (tmp_path / "a_file").write_text("")
+    done = lmsat("plan", "--directory", tmp_path / "a_file", cwd=tmp_path)
+    assert done.returncode == 2 and f"--directory {tmp_path / 'a_file'}: not a directory" in done.stderr
+
+
+def test_the_default_config_plans_in_another_directory_as_run_default(tmp_path):
+    """Without --configfile, the plan is config/config.yaml's (run `default`, as Snakemake names it),
+    wherever --directory points (Snakemake looked for config/config.yaml there)."""
+    done = lmsat("plan", "--directory", tmp_path, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.startswith("plan of run default: 243 jobs"), done.stdout[:300]
+    named = lmsat("plan", "--configfile", ROOT / "config" / "config.yaml", "--directory", tmp_path, cwd=tmp_path)
+    assert named.stdout.startswith("plan of run default: 243 jobs"), named.stdout[:300]  # not `config`
+
+
+def test_a_binary_file_given_as_config_is_named_without_a_traceback(tmp_path):
+    """Issue 46, case 13: `lmsat plan --configfile model.safetensors` gave a UnicodeDecodeError traceback."""
+    import torch
+    from safetensors.torch import save_file
+
+    save_file({"embed_out.weight": torch.randn(64, 16)}, tmp_path / "model.safetensors")
+    done = lmsat("plan", "--configfile", "model.safetensors", cwd=tmp_path)
+    assert done.returncode == 2 and "Traceback" not in done.stderr and not done.stdout, done.stderr
+    assert done.stderr.startswith("lmsat plan: ConfigFileError: config file model.safetensors: a binary file, not a "
+                                  "YAML config (byte "), done.stderr
+    assert "Fix: give a YAML config file" in done.stderr and not (tmp_path / ".snakemake").exists()

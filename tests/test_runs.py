@@ -288,23 +288,36 @@ def contents_of(root: Path) -> dict[str, tuple[int, bytes]]:
     return {str(p.relative_to(root)): (p.stat().st_mtime_ns, p.read_bytes()) for p in root.rglob("*") if p.is_file()}
 
 
+CLAIMED_TARGET = "results/loc/tables/loss.csv"
+
+
+@pytest.fixture(scope="module")
+def claimed(tmp_path_factory):
+    """A finished run `loc` (one toy model, loss and spectra) made by first.yaml, which its claim
+    (results/loc/run_config.json) records; -> (its directory, first.yaml's config, a second
+    config naming the same run with another sample.n_tokens). Tests read it or work on copies."""
+    workdir = tmp_path_factory.mktemp("claimed")
+    first = small_toy_config(("toy-d16",), n_seq=16, chunk=4)
+    first.update(run="loc", metrics=["loss", "spectra"])
+    done = snakemake(workdir, first, CLAIMED_TARGET, name="first.yaml")
+    assert done.returncode == 0, done.stdout[-4000:]
+    second = copy.deepcopy(first)
+    second["sample"]["n_tokens"] = 32 * 32
+    return workdir, first, second
+
+
 @slow
-def test_a_second_config_naming_a_finished_run_is_refused_and_changes_nothing(tmp_path):
+def test_a_second_config_naming_a_finished_run_is_refused_and_changes_nothing(claimed):
     """Issue 31, case 1: a second config with `run: loc` and another sample.n_tokens planned into
     the finished results/loc, and replaced its sample, caches and loss table. Now planning
     refuses, naming both configs and what differs; results/loc stays as it was, byte for byte
     and mtime for mtime. Adding a metric is no conflict; replace_results: true is the override."""
-    first = small_toy_config(("toy-d16",), n_seq=16, chunk=4)
-    first.update(run="loc", metrics=["loss", "spectra"])
-    target = "results/loc/tables/loss.csv"
-    done = snakemake(tmp_path, first, target, name="first.yaml")
-    assert done.returncode == 0, done.stdout[-4000:]
+    tmp_path, first, second = claimed
+    target = CLAIMED_TARGET
     claim = read_json(tmp_path / "results/loc/run_config.json")
     assert claim["sources"] == "first.yaml" and claim["result_config"]["sample"]["n_tokens"] == 16 * 32
     before = contents_of(tmp_path / "results" / "loc")
 
-    second = copy.deepcopy(first)
-    second["sample"]["n_tokens"] = 32 * 32
     for args in (["-n", target], [target]):  # the dry run and the run itself
         refused = snakemake(tmp_path, second, *args, name="second.yaml")
         assert refused.returncode != 0, refused.stdout[-4000:]
@@ -320,6 +333,44 @@ def test_a_second_config_naming_a_finished_run_is_refused_and_changes_nothing(tm
     replaced = snakemake(tmp_path, second, "-n", target, "--config", "replace_results=true", name="second.yaml")
     assert replaced.returncode == 0 and "rule sample_eval_tokens" in replaced.stdout, replaced.stdout[-4000:]
     assert contents_of(tmp_path / "results" / "loc") == before
+
+
+@slow
+def test_a_damaged_or_deleted_claim_over_finished_outputs_is_refused_and_changes_nothing(claimed, tmp_path):
+    """Issue 46, case 7: a results/<run>/run_config.json truncated, empty or `{` made the claim check
+    pass silently, and a config with another sample.n_tokens ran 65 jobs, replacing the finished
+    run's sample, caches and tables, then rewrote the claim. A deleted claim was no claim at all.
+    Now both are refusals naming the file and the fixes; a deleted claim is a pass only for the
+    config the tables' provenance records, and replace_results: true still replaces knowingly."""
+    workdir = copy_of(claimed[0], tmp_path)
+    first, second = claimed[1], claimed[2]
+    claim_path = workdir / "results" / "loc" / "run_config.json"
+    claim = claim_path.read_text()
+    damages = {"truncated": claim[: len(claim) // 2], "empty": "", "{": "{", "not lmsat's record": "{}"}
+    for name, text in damages.items():
+        claim_path.write_text(text)
+        before = contents_of(workdir / "results" / "loc")
+        for args in (["-n", CLAIMED_TARGET], [CLAIMED_TARGET]) if name == "truncated" else (["-n", CLAIMED_TARGET],):
+            refused = snakemake(workdir, second, *args, name="second.yaml")
+            out = " ".join(refused.stdout.split())
+            assert refused.returncode != 0 and "Job stats" not in out, (name, out[-3000:])
+            assert (f"config key 'run': {claim_path.relative_to(workdir)}, the claim of the finished outputs in "
+                    "results/loc/" in out and "cannot be read" in out), (name, out[-3000:])
+            assert "Fix: put the claim back" in out and "replace_results: true" in out, out[-3000:]
+        assert contents_of(workdir / "results" / "loc") == before, name  # nothing run, written or touched
+    claim_path.unlink()
+    before = contents_of(workdir / "results" / "loc")
+    refused = snakemake(workdir, second, "-n", CLAIMED_TARGET, name="second.yaml")
+    out = " ".join(refused.stdout.split())
+    assert refused.returncode != 0, out[-3000:]
+    assert "results/loc/ holds finished outputs (" in out and "but no claim (results/loc/run_config.json is missing)" in out
+    assert "its tables record another config (config_sha256" in out, out[-3000:]
+    same = snakemake(workdir, first, "-n", CLAIMED_TARGET, name="first.yaml")  # the tables' own config: a pass
+    assert same.returncode == 0 and "Nothing to be done" in same.stdout, same.stdout[-3000:]
+    assert contents_of(workdir / "results" / "loc") == before
+    claim_path.write_text("{")
+    replaced = snakemake(workdir, second, "-n", CLAIMED_TARGET, "--config", "replace_results=true", name="second.yaml")
+    assert replaced.returncode == 0 and "rule sample_eval_tokens" in replaced.stdout, replaced.stdout[-4000:]
 
 
 def test_what_grows_a_run_is_no_conflict_and_what_changes_its_outputs_is(default_config):

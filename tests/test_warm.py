@@ -288,3 +288,161 @@ def test_a_forked_job_loads_the_tensors_a_fresh_interpreter_loads(server, tmp_pa
             if key.endswith(".weight"):
                 assert fresh_tensor.dtype == getattr(torch, name.rsplit("-", 1)[1])  # the stored dtype
             assert torch.equal(warm_tensor, fresh_tensor), f"{name}: {key}"  # a load copies bytes: equal
+
+
+# ------------------------------------------------- issue 46: what a forked job runs, and when it must die
+
+
+class OwnServer:
+    """A warm interpreter of the lmsat under `src`, started as the workflow's onstart starts
+    one by a process that stays until stop() (the module's `server` is shared: these tests
+    edit its source or kill it). `env`: its jobs' environment."""
+
+    def __init__(self, tmp_path: Path, src: Path):
+        self.log = tmp_path / "own_warm.log"
+        starter = (
+            f"import os, sys; sys.path[:0] = [{str(src)!r}]; import lmsat.warm as w; "
+            f"print(w.start({str(self.log)!r}, jobs=w.MIN_JOBS, local=True), w._server.pid, "
+            "os.environ[w.SOCKET_VARIABLE], flush=True); sys.stdin.read(); w.stop()"
+        )
+        base = {k: v for k, v in os.environ.items() if k != warm.SOCKET_VARIABLE}
+        self.starter = subprocess.Popen([sys.executable, "-c", starter], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        text=True, env=base)
+        started, pid, socket_path = self.starter.stdout.readline().split()
+        assert started == "None"
+        self.pid = int(pid)
+        self.env = dict(base, LMSAT_WARM_SOCKET=socket_path, **{v: "1" for v in warm.THREAD_VARIABLES})
+
+    def wait_for_imports(self):
+        wait_for(lambda: self.log.exists() and "imports done" in self.log.read_text(), 300, f"the imports ({self.log})")
+
+    def stop(self):
+        self.starter.communicate(timeout=60)
+
+
+def job_script(tmp_path: Path, name: str, body: str, src: Path) -> Path:
+    script = tmp_path / name
+    script.write_text(PREAMBLE.replace(repr(str(SRC)), repr(str(src))) + textwrap.dedent(body))
+    return script
+
+
+def source_hash(src: Path) -> str:
+    """lmsat.io.source_sha256 of the lmsat under `src`, computed by a fresh interpreter."""
+    code = f"import sys; sys.path[:0] = [{str(src)!r}]; from lmsat.io import source_sha256; print(source_sha256())"
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+
+
+RECORDER = """
+    import json, time
+    from pathlib import Path
+    import lmsat.metrics
+    from lmsat.io import source_sha256
+    Path(sys.argv[1] + ".started").write_text("")
+    while not Path("go").exists():
+        time.sleep(0.05)
+    Path(sys.argv[1]).write_text(json.dumps(dict(served=lmsat.warm.SERVING, source=source_sha256(),
+                                                 edited=getattr(lmsat.metrics, "EDITED_DURING_THE_RUN", False))))
+"""
+
+
+def test_a_library_edit_during_a_warm_run_never_records_the_new_codes_hash_beside_the_old_codes_numbers(tmp_path):
+    """Issue 46, case 3: after a `sed` into src/lmsat/metrics.py during a run, forked jobs ran the
+    code the warm interpreter had imported and recorded the hash of the files on disk (28 of 36
+    records: the new code's hash, the old code's numbers). Now a job forked before the edit records
+    the hash of the code it runs (the one imported), and after the edit the warm interpreter
+    serves no more jobs, saying why: each starts its own interpreter, with the edited code."""
+    import json
+    import shutil
+
+    src = tmp_path / "src"
+    shutil.copytree(SRC / "lmsat", src / "lmsat", ignore=shutil.ignore_patterns("__pycache__"))
+    old = source_hash(src)
+    server = OwnServer(tmp_path, src)
+    try:
+        server.wait_for_imports()  # lmsat.metrics imported, as in a run's later jobs
+        script = job_script(tmp_path, "record.py", RECORDER, src)
+        before = subprocess.Popen([sys.executable, str(script), "before.json"], cwd=tmp_path, env=server.env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        wait_for(lambda: (tmp_path / "before.json.started").exists(), 120, "the job forked before the edit")
+        subprocess.run(["sed", "-i", "$a EDITED_DURING_THE_RUN = True", str(src / "lmsat" / "metrics.py")], check=True)
+        new = source_hash(src)
+        assert new != old
+        after = subprocess.Popen([sys.executable, str(script), "after.json"], cwd=tmp_path, env=server.env,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        wait_for(lambda: (tmp_path / "after.json.started").exists(), 300, "the job started after the edit")
+        (tmp_path / "go").write_text("")
+        outcomes = {name: process.communicate(timeout=300) for name, process in (("before", before), ("after", after))}
+        assert before.returncode == 0 and after.returncode == 0, outcomes
+    finally:
+        server.stop()
+    recorded = {name: json.loads((tmp_path / f"{name}.json").read_text()) for name in ("before", "after")}
+    # forked before the edit: the imported (old) code, and its hash, though the files changed meanwhile
+    assert recorded["before"] == dict(served=True, source=old, edited=False)
+    # after it: not served, the edited code, and its hash
+    assert recorded["after"] == dict(served=False, source=new, edited=True)
+    reason = "lmsat's source changed since the warm interpreter imported it (src/lmsat/metrics.py)"
+    assert f"lmsat.warm: this job starts its own interpreter ({reason}" in outcomes["after"][1]
+    assert reason in server.log.read_text()
+
+
+LATE_WRITER = """
+    import os, time
+    from pathlib import Path
+    Path("pid").write_text(str(os.getpid()))
+    while not Path("go").exists():
+        time.sleep(0.05)
+    Path("output.txt").write_text("written after its warm interpreter was killed")
+"""
+
+
+def test_the_jobs_of_a_sigkilled_warm_interpreter_die_with_it_and_never_write_later(tmp_path):
+    """Issue 46, case 9: SIGKILL the warm interpreter while it runs a job: the forked job kept
+    running and wrote its output after Snakemake had removed the failed job's outputs, and the
+    rerun took it for finished. Now the job dies with its warm interpreter, before its script's
+    process reports the failure."""
+    server = OwnServer(tmp_path, SRC)
+    try:
+        script = job_script(tmp_path, "late.py", LATE_WRITER, SRC)
+        process = subprocess.Popen([sys.executable, str(script)], cwd=tmp_path, env=server.env,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        pid = int(wait_for(lambda: (tmp_path / "pid").exists() and (tmp_path / "pid").read_text(), 120, "the job's pid"))
+        assert pid != process.pid  # the forked job
+        os.kill(server.pid, signal.SIGKILL)
+        _, stderr = process.communicate(timeout=60)
+        assert process.returncode == 1, stderr  # the job failed (Snakemake removes its outputs) ...
+        assert "the warm interpreter ended before job process" in stderr
+        assert gone(pid)  # ... once the forked job is gone
+        (tmp_path / "go").write_text("")
+        time.sleep(2)
+        assert not (tmp_path / "output.txt").exists()  # no late write
+    finally:
+        server.stop()
+
+
+ACTIVATE = Path(sys.prefix) / "bin" / "activate"
+
+
+@pytest.mark.skipif(not ACTIVATE.exists(), reason="these tests do not run in a venv with an activate script")
+def test_a_run_from_an_activated_venv_forks_its_jobs(tmp_path):
+    """Issue 46, case 10: `. .venv/bin/activate`, as the README says, exports PS1; the job shells
+    (a non-interactive bash) drop it, and every job was declined ("its environment differs in
+    PS1"): a default run took 12 min 52 s instead of 2.7. A real run from a real activated shell."""
+    import shlex
+
+    import yaml
+
+    from conftest import ROOT, small_toy_config
+
+    config = small_toy_config(("toy-d16",), n_seq=16, chunk=4)
+    config.update(metrics=["loss"])
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    snakemake = (f"python -m snakemake -s {shlex.quote(str(ROOT / 'Snakefile'))} --directory {shlex.quote(str(tmp_path))} "
+                 f"--configfile config.yaml --cores 2 results/default/tables/loss.csv")
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV_DISABLE_PROMPT", warm.SOCKET_VARIABLE)}
+    done = subprocess.run(["bash", "-c", f". {shlex.quote(str(ACTIVATE))} && test -n \"$PS1\" && {snakemake}"],
+                          cwd=tmp_path, env=dict(env, HF_HUB_OFFLINE="1"), capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stderr[-4000:]
+    log = (tmp_path / "logs" / "default" / "warm_interpreter.log").read_text()
+    served = [line for line in log.splitlines() if ": exit 0," in line]
+    assert "declined" not in log and len(served) >= warm.MIN_JOBS, log
+    assert "starts its own interpreter" not in done.stderr

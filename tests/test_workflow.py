@@ -227,3 +227,73 @@ def test_tables_match_the_recorded_default_run(default_run):
 
     differences = compare_tables(default_run[0] / "results/default/tables")
     assert differences == [], "\n".join(differences[:40])
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process under `pid`, children of each of its threads (Snakemake starts its jobs
+    from worker threads)."""
+    found = []
+    try:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            for child in map(int, (task / "children").read_text().split()):
+                found += [child] + descendants(child)
+    except FileNotFoundError:
+        pass  # ended meanwhile
+    return found
+
+
+def running_scripts(pid: int, name: str) -> list[int]:
+    """The processes under `pid` running the workflow script `name` (Snakemake's copy)."""
+    found = []
+    for child in descendants(pid):
+        try:
+            if name in Path(f"/proc/{child}/cmdline").read_text():
+                found.append(child)
+        except FileNotFoundError:
+            pass
+    return found
+
+
+def test_a_rerun_completes_a_run_after_an_interrupted_forcerun(default_run, tmp_path):
+    """Issue 46, case 8: `snakemake --forcerun analyse_checkpoint -- results/default/tables/loss.csv`
+    killed with SIGKILL, its jobs with it, while two checkpoints' jobs ran (Snakemake had removed
+    their outputs), left their cache, spectra and attention files missing, with 6 incomplete
+    markers, and every rerun, plain or with profiles/local, said "Nothing to be done": Snakemake
+    makes a missing file again only for a target or for a job that runs, and the metric records
+    and tables after them were up to date. `all` now names every per-checkpoint file, so a plain
+    rerun brings the run back to complete."""
+    import os
+    import shutil
+    import signal
+    import time
+
+    workdir = tmp_path / "run"
+    shutil.copytree(default_run[0], workdir, symlinks=True)  # keeps mtimes, like cp -a
+    command = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory", str(workdir),
+               "--configfile", str(ROOT / "config" / "config.yaml"), "--cores", "2"]
+    forced = subprocess.Popen(command + ["--forcerun", "analyse_checkpoint", "--", "results/default/tables/loss.csv"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 600
+    while len(running_scripts(forced.pid, "analyse_checkpoint.py")) < 2 and time.monotonic() < deadline:
+        assert forced.poll() is None, "the forced run ended before two of its jobs were running"
+        time.sleep(0.02)
+    os.kill(forced.pid, signal.SIGSTOP)  # no job starts meanwhile
+    for pid in descendants(forced.pid):  # its jobs and warm interpreter, as a node's OOM kill or power cut
+        os.kill(pid, signal.SIGKILL)
+    os.kill(forced.pid, signal.SIGKILL)
+    forced.wait()
+    caches = [p.relative_to(default_run[0]) for p in (default_run[0] / "results/default/cache").glob("*/*.h5")]
+    missing = [path for path in caches if not (workdir / path).exists()]
+    assert len(missing) == 2, missing  # removed by Snakemake for the two killed jobs
+    unlocked = subprocess.run(command + ["--unlock"], capture_output=True, text=True, timeout=600)
+    assert unlocked.returncode == 0, unlocked.stderr[-3000:]  # as Snakemake asks after a SIGKILL
+
+    rerun = subprocess.run(command, capture_output=True, text=True, timeout=1800)  # plainly
+    assert rerun.returncode == 0, rerun.stderr[-4000:]
+    assert "Nothing to be done" not in rerun.stdout + rerun.stderr
+    for path in missing:
+        for kind in ("cache", "spectra", "attention"):
+            assert (workdir / str(path).replace("/cache/", f"/{kind}/")).exists(), (kind, path)
+    assert not list(workdir.glob("results/**/*.parts")) and not list((workdir / ".snakemake/incomplete").iterdir())
+    done = subprocess.run(command + ["-n"], capture_output=True, text=True, timeout=600)
+    assert "Nothing to be done" in done.stdout + done.stderr, done.stdout[-3000:]

@@ -21,7 +21,7 @@ import jsonschema
 import yaml
 
 from lmsat import pins, rundir, schedules
-from lmsat.errors import ConfigError
+from lmsat.errors import ConfigError, ConfigFileError
 from lmsat.models import check_context
 from lmsat.models import context_length as context_length  # lmsat init reads a checkpoint's context
 from lmsat.names import PATH_NAME_PATTERN as PATH_NAME_PATTERN  # the schema's pattern of names
@@ -84,6 +84,9 @@ def config_sha256(config: dict) -> str:
 # The record of the result config that made a run's finished outputs (results/<run>/...):
 # written when a run starts executing, compared by every planning into the same directory.
 RUN_CLAIM = "run_config.json"
+# What a user may place in a run directory by hand before its first run (a hub checkpoint
+# staged by hand, data staged on another machine): inputs, not evidence of a finished run.
+INPUT_DIRS = ("weights", "staged")
 # Result-config keys whose change is no conflict: they add to a run, never change what its
 # finished outputs mean (more metrics plan more files, never other ones).
 ADDITIVE_KEYS = ("metrics", "run")
@@ -122,21 +125,53 @@ def claim_differences(recorded, current, key: str = "") -> list[tuple[str, objec
     return [] if same else [(key, recorded, current)]
 
 
-def check_run_claim(run_dir, result: dict, sources: str, replace: bool) -> None:
+def check_run_claim(run_dir, result: dict, sources: str, replace: bool, claimed: bool = True) -> None:
     """ConfigError before anything is planned into `run_dir` (results/<run>/) when its
     finished outputs came from another result config than `result` (lmsat.config.result_config
     of this plan; `sources`: its config files, in words): what differs, both configs, and
-    the two fixes. `replace` (config key replace_results) lets the plan replace them."""
+    the two fixes. `replace` (config key replace_results) lets the plan replace them.
+
+    Finished outputs without a readable claim are refused too: a claim truncated, emptied or
+    not lmsat's record protects nothing, and a deleted one is a pass only when the config hash
+    every table records (its provenance columns) is this plan's. `claimed` False: runs here
+    write no claim (lmsat as a `module`), so a missing one is no evidence."""
     path = Path(run_dir) / RUN_CLAIM
-    if replace or not path.is_file():
+    if replace:
         return
-    if not any(p.is_file() and p != path for p in Path(run_dir).rglob("*")):
+    claim = {path, path.with_name(path.name + ".tmp")}  # the claim, and write_run_claim's temporary file
+    outputs = (p for p in Path(run_dir).rglob("*") if p not in claim and p.is_file())
+    first = next(outputs, None)
+    if first is None:
         return  # claimed, but nothing finished there yet: nothing to lose
+
+    def finished() -> str:  # counted only for a refusal: planning a big run walks no tree
+        return f"{1 + sum(1 for _ in outputs)} files, e.g. {first.relative_to(run_dir)}"
+    override = ("or, to plan this config over them (replacing what it changes), set replace_results: true "
+                "(e.g. --config replace_results=true)")
+    if not path.exists():
+        # No claim: only what a run of some config made is evidence of one, not the checkpoints
+        # and staged data a user puts there by hand before the first run (weights/, staged/).
+        made = [p for p in Path(run_dir).rglob("*") if p.relative_to(run_dir).parts[0] not in INPUT_DIRS
+                and p not in claim and p.is_file()]
+        if claimed and made:
+            found = f"{len(made)} files, e.g. {made[0].relative_to(run_dir)}"
+            _check_unclaimed_outputs(Path(run_dir), result, sources, found, override)
+        return
     try:
         record = json.loads(path.read_text())
         recorded = record["result_config"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return  # not a record this lmsat wrote: no claim to honour
+        if not isinstance(recorded, dict):
+            raise TypeError(f"result_config is a {type(recorded).__name__}")
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        why = {KeyError: f"no key {error}", json.JSONDecodeError: f"not JSON: {error}"}.get(type(error), str(error))
+        raise ConfigError(
+            "run",
+            f"{path}, the claim of the finished outputs in {run_dir}/ ({finished()}), cannot be read "
+            f"({why}: truncated, emptied or written by hand), so planning cannot tell whether this plan ({sources}) "
+            "would replace them",
+            f"put the claim back (from a backup or a copy of the run); or, if these outputs are this config's, delete "
+            f"{path}: planning then checks them against the config hash their tables record; {override}",
+        ) from None
     differences = claim_differences(recorded, result)
     if not differences:
         return
@@ -151,6 +186,48 @@ def check_run_claim(run_dir, result: dict, sources: str, replace: bool) -> None:
         "would replace that run's samples, caches and tables",
         "give this config another `run:` (a directory of its own), or, to replace the old results, set "
         "replace_results: true (e.g. --config replace_results=true)",
+    )
+
+
+def recorded_config_hashes(run_dir) -> dict[str, list[str]]:
+    """config hash -> the tables of `run_dir` (results/<run>/tables/*.csv) whose provenance
+    column `config_sha256` (lmsat.tables.with_provenance) records it; read from each table's
+    header and first row only (planning stays cheap)."""
+    import csv
+
+    found: dict[str, list[str]] = {}
+    for table in sorted((Path(run_dir) / "tables").glob("*.csv")):
+        try:
+            with open(table, newline="") as handle:
+                rows = csv.reader(handle)
+                header, first = next(rows), next(rows)
+            value = first[header.index("config_sha256")]
+        except (OSError, StopIteration, ValueError, IndexError, UnicodeDecodeError, csv.Error):
+            continue  # no rows, no provenance, or unreadable: no evidence either way
+        found.setdefault(value, []).append(table.name)
+    return found
+
+
+def _check_unclaimed_outputs(run_dir: Path, result: dict, sources: str, finished: str, override: str) -> None:
+    """A run directory with finished outputs and no claim (deleted, or from before claims):
+    a pass only when its tables record this plan's config hash, and no other."""
+    ours = config_sha256(result)
+    made_by = recorded_config_hashes(run_dir)
+    if set(made_by) == {ours}:
+        return  # this config's outputs: the run's start writes the claim again
+    if made_by:
+        others = "; ".join(f"{h[:12]} in {', '.join(tables[:3])}{', ...' if len(tables) > 3 else ''}"
+                           for h, tables in sorted(made_by.items()) if h != ours)
+        evidence = f"its tables record another config (config_sha256 {others}; this plan's is {ours[:12]})"
+    else:
+        evidence = "no table there records the config hash that made it"
+    raise ConfigError(
+        "run",
+        f"{run_dir}/ holds finished outputs ({finished}) but no claim "
+        f"({run_dir / RUN_CLAIM} is missing), and {evidence}, so this plan ({sources}) could replace another "
+        "config's samples, caches and tables",
+        f"put {run_dir / RUN_CLAIM} back (from a backup or a copy of the run); or give this config another `run:` "
+        f"(a directory of its own); {override}",
     )
 
 
@@ -199,14 +276,76 @@ def _refuse_duplicate_keys(node: yaml.Node, source: str, key: str = "") -> None:
             _refuse_duplicate_keys(item, source, f"{key}[{i}]")
 
 
+NOT_A_CONFIG_FIX = "give a YAML config file (such as config/config.yaml or one `lmsat init` wrote)"
+
+
 def load_yaml(path: str | Path) -> dict:
-    """A YAML (or JSON) config file; ConfigError naming file, key and lines for a duplicate key."""
-    with open(path) as handle:
-        text = handle.read()
-    node = yaml.compose(text, Loader=yaml.SafeLoader)
-    if node is not None:
-        _refuse_duplicate_keys(node, str(path))
-    return yaml.safe_load(text) or {}
+    """A YAML (or JSON) config file. ConfigFileError naming the file when it is no config at all
+    (binary, as a checkpoint's weights or an HDF5 cache; not YAML; a list or a string, as a
+    CSV table reads), ConfigError naming file, key and lines for a duplicate key."""
+    data = Path(path).read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ConfigFileError(path, f"a binary file, not a YAML config (byte {error.start} is not UTF-8 text)",
+                              NOT_A_CONFIG_FIX) from None
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        if node is not None:
+            _refuse_duplicate_keys(node, str(path))
+        value = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        where = getattr(error, "problem_mark", None)
+        line = f" (line {where.line + 1}, column {where.column + 1})" if where is not None else ""
+        raise ConfigFileError(path, f"not valid YAML{line}: {getattr(error, 'problem', None) or error}",
+                              "correct the YAML there (indent with spaces, never tabs), or " + NOT_A_CONFIG_FIX) from None
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        shown = text.strip().splitlines()[0][:60] if text.strip() else ""
+        raise ConfigFileError(path, f"holds a YAML {type(value).__name__} ({shown!r}), not a mapping of config keys",
+                              NOT_A_CONFIG_FIX)
+    return value
+
+
+def read_config_files(paths, schema: dict | None, targets: bool = True) -> dict[str, dict]:
+    """path -> its config, for every config file of a plan (load_yaml's checks). A mapping none
+    of whose keys is a config key (the schema's top-level ones), as a run's JSON record, is
+    refused as no config too. With `targets` (the files came from Snakemake's command line),
+    each refusal also says how to write a target: --configfile takes every argument after it,
+    so `snakemake --configfile mine.yaml results/x` reads the target as a config file.
+    `schema` None: no key check (lmsat as a `module`: the deploying workflow's own config files)."""
+    here = Path.cwd().resolve()
+
+    def shown(path: str) -> str:  # as the user wrote it, mostly (Snakemake makes the paths absolute)
+        resolved = Path(path).resolve()
+        return str(resolved.relative_to(here)) if resolved.is_relative_to(here) else path
+
+    keys = set(schema.get("properties", {})) if schema is not None else None
+    read, errors = {}, {}
+    for path in map(str, paths):
+        try:
+            config = load_yaml(path)
+        except ConfigFileError as error:
+            errors[path] = error
+            continue
+        if keys is not None and config and not keys & set(config):
+            errors[path] = ConfigFileError(
+                shown(path), f"none of its keys ({', '.join(sorted(map(str, config))[:5])}) is a config key "
+                f"({', '.join(sorted(keys)[:6])}, ...): it is no config", NOT_A_CONFIG_FIX)
+            continue
+        read[path] = config
+    for path, error in errors.items():
+        if not targets:
+            raise error
+        config = shown(next(iter(read), "config/mine.yaml"))
+        raise ConfigFileError(
+            shown(path), error.problem,
+            f"if {shown(path)} is a target, write `--` before the targets: Snakemake's --configfile takes every "
+            f"argument after it as a config file (snakemake --configfile {config} -- {shown(path)}); else "
+            + NOT_A_CONFIG_FIX,
+        ) from None
+    return read
 
 
 def _with_defaults(validator_class):

@@ -24,6 +24,15 @@ class ConfigError(ValueError):
         super().__init__(message)
 
 
+class ConfigFileError(ConfigError):
+    """A config file that cannot be read as a config (not text, not YAML, no mapping of
+    config keys): names the file and the fix."""
+
+    def __init__(self, path, problem: str, fix: str):
+        self.key, self.problem, self.fix = str(path), problem, fix
+        ValueError.__init__(self, f"config file {path}: {problem}. Fix: {fix}")
+
+
 class CorpusError(ValueError):
     """A corpus that cannot give what the config asks of it."""
 

@@ -39,6 +39,7 @@ import os
 import select
 import signal
 import socket
+import stat
 import struct
 import subprocess
 import sys
@@ -55,8 +56,11 @@ THREAD_VARIABLES = (
 )
 # Differences between a job's environment and the warm interpreter's that no import reads:
 # the shell's own, and Snakemake's temporary directory (tempfile's cached choice is reset
-# in the child).
-IGNORED_VARIABLES = frozenset({"_", "SHLVL", "PWD", "OLDPWD", "TMPDIR", "TMP", "TEMP", "TEMPDIR"})
+# in the child). Snakemake runs a job through a non-interactive bash, which drops PS1 and
+# PS2 and resets PS4 (`. .venv/bin/activate` exports PS1), and sets _, SHLVL and PWD.
+SHELL_VARIABLES = frozenset({"_", "SHLVL", "PWD", "OLDPWD", "PS1", "PS2", "PS3", "PS4", "PROMPT_COMMAND",
+                             "PROMPT_DIRTRIM"})
+IGNORED_VARIABLES = SHELL_VARIABLES | {"TMPDIR", "TMP", "TEMP", "TEMPDIR"}
 # Threads whose library makes a fork safe (pyarrow's allocator, imported with pandas and
 # lm-eval's datasets: jemalloc registers its own pthread_atfork handlers).
 FORK_SAFE_THREADS = frozenset({"jemalloc_bg_thd"})
@@ -153,19 +157,23 @@ def hand_off() -> None:
             executable=sys.executable, lmsat=sys.modules["lmsat"].__file__,
         )
         _send(sock, request, STDIO)
-        reply, _ = _receive(sock)
+        reply, pidfds = _receive(sock, max_fds=1)
     except OSError:
-        reply = None  # no warm interpreter (any more): this process runs the job
+        reply, pidfds = None, []  # no warm interpreter (any more): this process runs the job
     if reply is None or "declined" in reply:
         if reply is not None:
             print(f"lmsat.warm: this job starts its own interpreter ({reply['declined']})", file=sys.stderr)
         sock.close()
         return
     pid = reply["pid"]
+    pidfd = pidfds[0] if pidfds else None  # the forked job itself, never a later process with its pid
 
     def forward(signum, _frame):  # Snakemake stops a job by signalling its process
         try:
-            os.kill(pid, signum)
+            if pidfd is not None:
+                signal.pidfd_send_signal(pidfd, signum)
+            else:
+                os.kill(pid, signum)
         except ProcessLookupError:
             pass
 
@@ -176,8 +184,11 @@ def hand_off() -> None:
     except OSError:
         status = None
     if status is None:
-        print(f"lmsat.warm: the warm interpreter ended before job process {pid} reported how it ended",
-              file=sys.stderr)
+        # The job fails; Snakemake then removes its outputs, so the forked process must be gone
+        # first: a write of it after that removal would be taken for a finished output.
+        ended = _end_orphan(pid, pidfd)
+        print(f"lmsat.warm: the warm interpreter ended before job process {pid} reported how it ended"
+              f"{'; that process was killed' if ended else ''}", file=sys.stderr)
         code = 1
     else:
         code = status["status"]
@@ -185,6 +196,20 @@ def hand_off() -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+def _end_orphan(pid: int, pidfd: int | None) -> bool:
+    """SIGKILL the forked job `pid` (through its `pidfd`) and wait until it has ended; False
+    without a pidfd (its own parent-death signal, _die_with_parent, ends it then)."""
+    if pidfd is None:
+        return False
+    try:
+        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+    except ProcessLookupError:
+        pass  # ended already
+    while not select.select([pidfd], [], [], 10)[0]:  # readable once the process has exited
+        print(f"lmsat.warm: waiting for killed job process {pid} to end", file=sys.stderr)
+    return True
 
 
 # --- the warm interpreter's side ---
@@ -211,6 +236,35 @@ def _changes(before: dict, after: dict) -> dict:
     return changed | {k: None for k in before if k not in after}
 
 
+def _source_state(root: Path) -> dict[str, tuple[int, ...]]:
+    """relative path -> (size, mtime, ctime, inode) of every file of the lmsat package at
+    `root` (the files lmsat.io.source_sha256 hashes): any write to a file changes its ctime."""
+    state = {}
+    for path in root.rglob("*"):
+        relative = path.relative_to(root)
+        if "__pycache__" in relative.parts:
+            continue
+        try:
+            info = path.stat()
+        except OSError:
+            continue  # removed meanwhile
+        if stat.S_ISREG(info.st_mode):
+            state[relative.as_posix()] = (info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino)
+    return state
+
+
+def _die_with_parent(parent: int) -> None:
+    """In a forked job: the kernel SIGKILLs this process when the warm interpreter (`parent`)
+    ends, so no job outlives it (its writes would land after Snakemake removed the failed
+    job's outputs); if it has already ended, exit now."""
+    import ctypes
+
+    pr_set_pdeathsig = 1  # <linux/prctl.h>
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:  # it ended between the fork and the prctl
+        os._exit(1)
+
+
 def _environment_difference(job: dict, base: dict) -> list[str]:
     keys = (set(job) | set(base)) - IGNORED_VARIABLES - set(THREAD_VARIABLES)
     return sorted(k for k in keys if job.get(k) != base.get(k))
@@ -222,6 +276,13 @@ class _Server:
         self.log = open(log_path, "a", buffering=1)
         importlib.import_module("lmsat.offline")  # what a compute job's environment holds when it hands off
         self.base_env = dict(os.environ)
+        # The source the jobs run is what this process imports, from now on: a job forked here
+        # records its hash (lmsat.io.source_sha256, cached before any fork), and a change to a
+        # file of the package stops the serving (decline_reason), so that a job never runs old
+        # code under the new code's hash, and every job after an edit runs the edited code.
+        self.source_root = Path(sys.modules["lmsat"].__file__).resolve().parent
+        self.source = _source_state(self.source_root)
+        importlib.import_module("lmsat.io").source_sha256()
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.listener.bind(socket_path)
         self.listener.listen(64)
@@ -252,6 +313,14 @@ class _Server:
         differing = _environment_difference(env, self.base_env)
         if differing:
             return "its environment differs in " + ", ".join(differing[:5])
+        now = _source_state(self.source_root)
+        changed = sorted(k for k in set(now) | set(self.source) if now.get(k) != self.source.get(k))
+        if changed:
+            shown = ", ".join(f"src/lmsat/{name}" for name in changed[:3]) + (", ..." if len(changed) > 3 else "")
+            self.refusing = (f"lmsat's source changed since the warm interpreter imported it ({shown}), so a job "
+                             "forked from it would run the old code; it serves no more jobs, each starts its own "
+                             "interpreter with the code on disk")
+            return self.refusing
         unsafe = _unsafe_threads()
         if unsafe:
             self.refusing = f"the warm interpreter has threads {unsafe}, so it cannot fork safely"
@@ -287,22 +356,32 @@ class _Server:
             return
         sys.stdout.flush()
         sys.stderr.flush()
+        server = os.getpid()
         pid = os.fork()
         if pid == 0:
-            self.become_job(conn, request, fds)  # never returns
+            self.become_job(conn, request, fds, server)  # never returns
         for fd in fds:
             os.close(fd)
         conn.settimeout(None)
         self.running[pid] = (conn, time.perf_counter(), request["script"])
+        # a pidfd of the child, unreaped until reap(): the job's process can kill exactly it
         try:
-            _send(conn, {"pid": pid})
+            pidfd: tuple[int, ...] = (os.pidfd_open(pid),)
+        except (AttributeError, OSError):  # Linux < 5.3
+            pidfd = ()
+        try:
+            _send(conn, {"pid": pid}, pidfd)
         except OSError:  # the job's process is gone: so is the job
             self.terminate(pid)
+        finally:
+            for fd in pidfd:
+                os.close(fd)
 
-    def become_job(self, conn: socket.socket, request: dict, fds: list[int]) -> None:
+    def become_job(self, conn: socket.socket, request: dict, fds: list[int], server: int) -> None:
         global SERVING
         code = 1
         try:
+            _die_with_parent(server)
             SERVING = True
             signal.set_wakeup_fd(-1)
             for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):

@@ -41,6 +41,7 @@ from lmsat.config import (
     load_plan,
     load_yaml,
     ngram_tokenizers,
+    read_config_files,
     result_config,
     run_of_config_file,
     write_run_claim,
@@ -68,11 +69,14 @@ if Path(sys.modules["lmsat"].__file__ or ".").resolve().parent != LMSAT_SRC / "l
     )
 
 # Every config file Snakemake read is read again with lmsat's strict loader: a key given
-# twice is an error naming file, key and lines (Snakemake's loader silently keeps the last).
-READ_CONFIGS = {
-    str(path): load_yaml(path)
-    for path in [*workflow.overwrite_configfiles, *workflow.configfiles]
-}
+# twice is an error naming file, key and lines (Snakemake's loader silently keeps the last),
+# and a file that is no config (a target written after --configfile, which takes every
+# argument after it) is named, with how to write the target.
+SCHEMA = load_yaml(WORKFLOW_DIR / "schemas" / "config.schema.yaml")
+READ_CONFIGS = read_config_files(
+    [*workflow.overwrite_configfiles, *workflow.configfiles],
+    SCHEMA if workflow.modifier.is_main_snakefile() else None,
+)
 if not workflow.modifier.is_main_snakefile():
     # A module plans the config its `module` statement passes (`config: config`, or any
     # dict), as given: never re-read from the deploying workflow's files, never changed.
@@ -89,7 +93,6 @@ else:
 
 # Validated once, at DAG time, with errors naming the key and the fix; no hub is reached.
 # An unnamed run is named after its config file (config/pythia.yaml -> results/pythia).
-SCHEMA = load_yaml(WORKFLOW_DIR / "schemas" / "config.schema.yaml")
 # Relative pins files (revisions.pins) are read from beside the run's config file (the last
 # --configfile, which names the run), wherever the run is; a module's config: the working directory.
 CONFIG_DIR = (
@@ -170,7 +173,11 @@ CONFIG_SOURCES = (
     else "the config dict a `module` statement passed"
 )
 check_run_claim(
-    f"results/{RUN}", RESULT_CONFIG, CONFIG_SOURCES, CONFIG["replace_results"]
+    f"results/{RUN}",
+    RESULT_CONFIG,
+    CONFIG_SOURCES,
+    CONFIG["replace_results"],
+    claimed=workflow.modifier.is_main_snakefile(),  # a module's run writes no claim
 )
 
 
@@ -315,8 +322,32 @@ wildcard_constraints:
 
 def get_sample(wildcards):
     """The eval token sample of the model's tokenizer (made by rule sample_eval_tokens)."""
-    corpus, tokenizer = CONFIG["sample"]["corpus"], MODELS[wildcards.model].tokenizer
+    return sample_file(wildcards.model)
+
+
+def sample_file(model):
+    corpus, tokenizer = CONFIG["sample"]["corpus"], MODELS[model].tokenizer
     return f"results/{RUN}/samples/{corpus}/{tokenizer}.h5"
+
+
+def checkpoint_files(pattern, **extra):
+    """`pattern` formatted for every (model, revision) of the plan."""
+    return [
+        pattern.format(run=RUN, model=model, revision=revision, **extra)
+        for model, revision in PLAN.checkpoints()
+    ]
+
+
+def metric_files(metric):
+    """The per-checkpoint files of a planned metric, for every checkpoint of the plan, and
+    those it made for checkpoints no longer on disk (VANISHED: kept, made by no job)."""
+    pattern = metric_file_pattern(metric)
+    kept = [
+        pattern.format(run=RUN, model=model, revision=revision)
+        for model, revisions in VANISHED.items()
+        for revision in revisions
+    ]
+    return checkpoint_files(pattern) + [path for path in kept if Path(path).is_file()]
 
 
 def tracked_weights(model, revision):

@@ -3,26 +3,6 @@
 # and functions). What several stages share: common.smk.
 
 
-def checkpoint_files(pattern, **extra):
-    """`pattern` formatted for every (model, revision) of the plan."""
-    return [
-        pattern.format(run=RUN, model=model, revision=revision, **extra)
-        for model, revision in PLAN.checkpoints()
-    ]
-
-
-def metric_files(metric):
-    """The per-checkpoint files of a planned metric, for every checkpoint of the plan, and
-    those it made for checkpoints no longer on disk (VANISHED: kept, made by no job)."""
-    pattern = metric_file_pattern(metric)
-    kept = [
-        pattern.format(run=RUN, model=model, revision=revision)
-        for model, revisions in VANISHED.items()
-        for revision in revisions
-    ]
-    return checkpoint_files(pattern) + [path for path in kept if Path(path).is_file()]
-
-
 def get_metric_table_inputs(wildcards):
     """Rule tabulate_metric: the metric's per-checkpoint files and the tables it needs."""
     metric = METRICS[METRIC_TABLES[wildcards.table]]

@@ -171,9 +171,33 @@ def report_outputs():
     ]
 
 
+def checkpoint_outputs():
+    """Every per-checkpoint file of the plan, and the samples they are computed from: the
+    hidden-state caches, weight-metric files and metric records the tables are built from.
+    Snakemake makes a missing file again only for a job that runs or for a target, so
+    without `all` naming them a lost one stayed lost while the tables after it were up to
+    date: a --forcerun of analyse_checkpoint killed after Snakemake removed a job's outputs
+    (the other forced jobs rewrote their small files byte for byte, which Snakemake's input
+    checksums count as unchanged), or a file deleted by hand (docs/faults.md's "delete it and
+    rerun"). Named here, a plain rerun makes it again, and everything after it."""
+    if not PLANNED_METRICS:
+        return []
+    samples = [sample_file(model) for model in MODELS]
+    cache = checkpoint_files("results/{run}/cache/{model}/{revision}.h5")
+    return (
+        samples
+        + cache
+        + [f for metric in PLANNED_METRICS for f in metric_files(metric)]
+    )
+
+
 def get_final_outputs():
-    """Everything the workflow makes by default (the input of `all`): tables, figures, report."""
-    return list(dict.fromkeys(table_outputs() + figure_outputs() + report_outputs()))
+    """Everything the workflow makes by default (the input of `all`): tables, figures, report,
+    and the per-checkpoint files they are built from (checkpoint_outputs)."""
+    outputs = (
+        table_outputs() + figure_outputs() + report_outputs() + checkpoint_outputs()
+    )
+    return list(dict.fromkeys(outputs))
 
 
 # ---------------------------------------------------------------- rule plot_figure

@@ -378,14 +378,19 @@ def add_arguments(parser) -> None:
     parser.add_argument("--disk-mb", type=positive(float), help="the run's --resources disk_mb (checkpoints being fetched at once)")
 
 
-def load(configfile: str | None):
-    """The validated plan of `configfile`, as common.smk loads it (run named after the file)."""
-    from lmsat.config import load_plan, load_yaml
+DEFAULT_CONFIG = ROOT / "config" / "config.yaml"
 
-    path = Path(configfile) if configfile else ROOT / "config" / "config.yaml"
-    schema = ROOT / "workflow" / "schemas" / "config.schema.yaml"
-    return load_plan(load_yaml(path), schema, default_run=path.stem if configfile else "default",
-                     config_dir=path.resolve().parent)  # its pins files are read from beside it
+
+def load(configfile: str | None):
+    """The validated plan of `configfile`, as common.smk loads it (an unnamed run named after
+    the file, the default config's `default`); a file that is no config is a ConfigFileError."""
+    from lmsat.config import load_plan, load_yaml, read_config_files, run_of_config_file
+
+    path = str(configfile or DEFAULT_CONFIG)
+    schema = load_yaml(ROOT / "workflow" / "schemas" / "config.schema.yaml")
+    config = read_config_files([path], schema, targets=False)[path]
+    return load_plan(config, schema, default_run=run_of_config_file(path, DEFAULT_CONFIG),
+                     config_dir=Path(path).resolve().parent)  # its pins files are read from beside it
 
 
 def run(args) -> int:
@@ -395,9 +400,13 @@ def run(args) -> int:
         if args.configfile and not Path(args.configfile).is_file():
             raise PlanError(f"--configfile {args.configfile}: no such file. Fix: give the path of the run's config "
                             "(e.g. config/pythia.yaml), or leave --configfile out for config/config.yaml")
+        if not args.directory.is_dir():  # Snakemake's --directory would create it, and plan an empty run there
+            raise PlanError(f"--directory {args.directory}: {'not a directory' if args.directory.exists() else 'no such directory'}. "
+                            "Fix: give the directory the run is in (where its results/ and .snakemake/ are), or leave "
+                            "--directory out for the current one")
         plan = load(args.configfile)
         try:
-            jobs = dry_run(args.configfile, args.profile, args.directory)
+            jobs = dry_run(args.configfile or str(DEFAULT_CONFIG), args.profile, args.directory)
         except RuntimeError as error:
             raise PlanError(str(error)) from error
     except (PlanError, ConfigError) as error:
