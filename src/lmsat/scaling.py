@@ -254,8 +254,9 @@ def _gpt_neox_counts(config) -> tuple[int, int]:
 
 def _separate_projection_counts(get, family: str) -> tuple[int, int]:
     """(non-embedding, embedding) of the Llama-style families (llama, mistral, qwen2, gemma,
-    olmo, olmo2, smollm3: its layers without RoPE hold the same matrices): q/k/v/o projections (grouped-query k/v), a gated MLP (3 matrices), their
-    norms and the final norm, from the config's shapes."""
+    olmo, olmo2, smollm3: its layers without RoPE hold the same matrices): q/k/v/o projections
+    (grouped-query k/v), a gated MLP (3 matrices), their norms and the final norm, from the
+    config's shapes."""
     h, n_layers, inner, vocab = get("hidden_size"), get("num_hidden_layers"), get("intermediate_size"), get("vocab_size")
     n_heads = get("num_attention_heads")
     n_kv = get("num_key_value_heads") or n_heads
