@@ -306,7 +306,7 @@ def tabulate_loss_job(tmp_path, paths):
 
     return SimpleNamespace(input=Namedlist(fromdict={"files": [str(p) for p in paths]}), output=[str(tmp_path / "loss.csv")],
                            log=[str(tmp_path / "loss.log")], wildcards=SimpleNamespace(table="loss"),
-                           params=SimpleNamespace(metric="loss", config_sha256="0" * 64, models=["m"], options={}))
+                           params=SimpleNamespace(metric="loss", config_sha256="0" * 64, models=["m"], options={}, gone=[]))
 
 
 def test_a_metric_record_copied_from_another_revision_fails_its_table(tmp_path):

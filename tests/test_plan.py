@@ -187,9 +187,9 @@ def test_the_default_config_plans_in_another_directory_as_run_default(tmp_path):
     wherever --directory points (Snakemake looked for config/config.yaml there)."""
     done = lmsat("plan", "--directory", tmp_path, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.startswith("plan of run default: 243 jobs"), done.stdout[:300]
+    assert done.stdout.startswith("plan of run default: 291 jobs"), done.stdout[:300]
     named = lmsat("plan", "--configfile", ROOT / "config" / "config.yaml", "--directory", tmp_path, cwd=tmp_path)
-    assert named.stdout.startswith("plan of run default: 243 jobs"), named.stdout[:300]  # not `config`
+    assert named.stdout.startswith("plan of run default: 291 jobs"), named.stdout[:300]  # not `config`
 
 
 def test_a_binary_file_given_as_config_is_named_without_a_traceback(tmp_path):

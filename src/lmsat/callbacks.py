@@ -431,10 +431,12 @@ EVALUATION_REVISION = re.compile(r"(?:checkpoint|step)-(\d+)")  # the revisions 
 
 def evaluation_files(directory: Path, model: str) -> dict[str, list[Path]]:
     """revision -> every file of that evaluation of `model` under `directory` (metric records,
-    spectrum, sequence losses)."""
+    every weights metric's file: spectra/, gradient_bottleneck/, ...; sequence losses)."""
+    from lmsat.metrics import METRICS
+
     found: dict[str, list[Path]] = {}
-    places = [*(directory / "metrics").glob(f"*/{model}"), directory / "spectra" / model,
-              directory / "sequence_losses" / model]
+    weights = [directory / name / model for name, metric in METRICS.items() if metric.reads == "weights"]
+    places = [*(directory / "metrics").glob(f"*/{model}"), *weights, directory / "sequence_losses" / model]
     for place in places:
         for path in sorted(place.glob("*")) if place.is_dir() else ():
             if EVALUATION_REVISION.fullmatch(path.stem):
