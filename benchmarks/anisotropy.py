@@ -4,8 +4,8 @@
     python benchmarks/anisotropy.py --quick   # n = 5,000, under a minute
 
 Methods, on the same anisotropic float32 data (Gaussian cloud + common offset):
-  * exact-O(nd): lmsat.anisotropy.mean_pairwise_cosine (sum of unit vectors, float64).
-  * brute force: lmsat.anisotropy.mean_pairwise_cosine_bruteforce, all n^2 cosines in
+  * exact-O(nd): lmsat.degeneration.anisotropy.mean_pairwise_cosine (sum of unit vectors, float64).
+  * brute force: lmsat.degeneration.anisotropy.mean_pairwise_cosine_bruteforce, all n^2 cosines in
     float64 blocks; its value is the reference every error is measured against.
   * IsoScore-style cosine score: mean cosine of 100,000 random pairs drawn with replacement
     (i == j possible), as `cosine_score` in the IsoScore repository
@@ -24,7 +24,7 @@ import time
 
 import numpy as np
 
-from lmsat.anisotropy import mean_pairwise_cosine, mean_pairwise_cosine_bruteforce
+from lmsat.degeneration.anisotropy import mean_pairwise_cosine, mean_pairwise_cosine_bruteforce
 
 N_PAIRS = 100_000
 

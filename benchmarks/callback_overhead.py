@@ -104,7 +104,7 @@ def worker(args) -> None:
 
     callbacks, spent = [], []
     if args.worker == "watched" and not args.control:
-        from lmsat.callbacks import SaturationCallback
+        from lmsat.standalone.callback import SaturationCallback
 
         watcher = SaturationCallback(text=scratch / "eval.txt")  # default options: the default sample
         original = watcher.evaluate

@@ -32,10 +32,10 @@ each in a fresh process:
           bottleneck, which reads the cache after the forward), its ratio beside the job's:
           what the metric costs, measured in the same run.
 
-The job runs every registered weights metric (lmsat.metrics, reads="weights"), or those of
+The job runs every registered weights metric (lmsat.products.metrics, reads="weights"), or those of
 --weight-metrics.
 
-On the lent GPU machine (no jsonschema there, which lmsat.config imports), carry a
+On the lent GPU machine (no jsonschema there, which lmsat.planning imports), carry a
 jsonschema wheel and its pure-Python dependencies, or put them on PYTHONPATH.
 
 Ratios printed: job / limit (target <= 2 on a GPU), extraction / (bare forward + write)
@@ -137,9 +137,9 @@ def child_peers(checkpoint: str, cache: str, args) -> dict:
     import torch
     from safetensors import safe_open
 
-    from lmsat.cache import open_cache
-    from lmsat.metrics import METRICS
-    from lmsat.spectra import singular_values
+    from lmsat.data.hidden_states import open_cache
+    from lmsat.degeneration.spectra import singular_values
+    from lmsat.products.metrics import METRICS
 
     with safe_open(str(Path(checkpoint) / "model.safetensors"), "pt") as f:
         key = "embed_out.weight" if "embed_out.weight" in f.keys() else "lm_head.weight"
@@ -190,8 +190,8 @@ def child_start(device: str) -> dict:
 
 
 def weights_metrics() -> list[str]:
-    """Every registered weights metric (lmsat.metrics), in registry order."""
-    from lmsat.metrics import METRICS
+    """Every registered weights metric (lmsat.products.metrics), in registry order."""
+    from lmsat.products.metrics import METRICS
 
     return [name for name, metric in METRICS.items() if metric.reads == "weights"]
 
@@ -251,8 +251,8 @@ def child_weights(checkpoint: str, args) -> dict:
 
     import torch
 
-    from lmsat.config import ModelEntry
-    from lmsat.models import load_causal_lm
+    from lmsat.checkpoints.loading import load_causal_lm
+    from lmsat.core.plan import ModelEntry
 
     ns = _job_namespace(Path(checkpoint), Path(tempfile.gettempdir()), Path("unused"), args)
     spec = __import__("importlib.util").util.spec_from_file_location("s", ROOT / "workflow/scripts/analyse_checkpoint.py")
@@ -281,9 +281,9 @@ def child_weights(checkpoint: str, args) -> dict:
 def child_old_weights(checkpoint: str, args) -> dict:
     """Commit d5aea3a's weight analyses: float32 CPU model, head_spectrum + attention_arrays."""
     import lmsat
-    from lmsat.config import ModelEntry
-    from lmsat.degeneration import attention_arrays, head_spectrum
-    from lmsat.models import load_causal_lm
+    from lmsat.checkpoints.loading import load_causal_lm
+    from lmsat.core.plan import ModelEntry
+    from lmsat.degeneration.weight_files import attention_arrays, head_spectrum
 
     ns = _job_namespace(Path(checkpoint), Path(tempfile.gettempdir()), Path("unused"), args)
     lm = load_causal_lm(ModelEntry(**ns.params.model), Path(checkpoint).name, dtype="float32", device="cpu")
@@ -397,8 +397,8 @@ def main() -> None:
         print(json.dumps(result))
         return
     sys.path.insert(0, str(ROOT / "src"))
-    from lmsat.config import load_yaml
-    from lmsat.corpus import write_sample
+    from lmsat.data.corpus import write_sample
+    from lmsat.planning.config_files import load_yaml
 
     args.weight_metrics = args.weight_metrics or weights_metrics()
     if args.without and args.without not in args.weight_metrics:

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import yaml
 
-from lmsat.metrics import METRICS
+from lmsat.products.metrics import METRICS
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]

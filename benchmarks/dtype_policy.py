@@ -5,12 +5,12 @@
     python benchmarks/dtype_policy.py --device cuda              # + TF32 (GPU only)
     python benchmarks/dtype_policy.py --device cuda --pythia-shape 1.4b   # random Pythia-shaped
 
-Each dtype's forward goes through the job's own extraction (lmsat.cache.extract_to_cache,
+Each dtype's forward goes through the job's own extraction (lmsat.data.hidden_states.extract_to_cache,
 float32 storage so only the forward's rounding shows), on the same tokens; the float32
 cache is the reference. Printed per dtype: the per-token loss difference (mean and max
 |dL|, and the difference of the mean loss, relative), the anisotropy difference (max over
 layers of |dA| on the layer subsample, and the last layer's over all tokens, via
-lmsat.metrics' anisotropy), and the forward time. TF32 = float32 storage with TensorFloat-32
+lmsat.products.metrics' anisotropy), and the forward time. TF32 = float32 storage with TensorFloat-32
 matmuls (torch.backends.cuda.matmul.allow_tf32), which exists only on NVIDIA GPUs.
 The toy model is trained (results/toy/hub, built by the pipeline); the Pythia-shaped one is
 random-initialised (no trained Pythia is reachable offline), so its numbers are a lower
@@ -33,8 +33,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from lmsat.cache import ExtractionSettings, extract_to_cache  # noqa: E402
-from lmsat.metrics import METRICS  # noqa: E402
+from lmsat.data.hidden_states import ExtractionSettings, extract_to_cache  # noqa: E402
+from lmsat.products.metrics import METRICS  # noqa: E402
 
 
 def toy_model_and_tokens(name: str, sequences: int, seq_len: int):
@@ -43,8 +43,9 @@ def toy_model_and_tokens(name: str, sequences: int, seq_len: int):
     import os
     from dataclasses import replace
 
-    from lmsat.config import load_plan, load_yaml
-    from lmsat.models import ModelLoadError, load_causal_lm, load_tokenizer
+    from lmsat.checkpoints.loading import ModelLoadError, load_causal_lm, load_tokenizer
+    from lmsat.planning.config_files import load_yaml
+    from lmsat.planning.load import load_plan
 
     os.chdir(ROOT)  # the run's paths are relative to the repository
     plan = load_plan(load_yaml("config/config.yaml"), "workflow/schemas/config.schema.yaml")

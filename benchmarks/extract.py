@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
-from lmsat.cache import ExtractionSettings, extract_to_cache
+from lmsat.data.hidden_states import ExtractionSettings, extract_to_cache
 
 
 def pythia_160m_shape() -> GPTNeoXForCausalLM:

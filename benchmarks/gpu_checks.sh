@@ -28,7 +28,7 @@ PYTHON=${PYTHON:-python3}
 
 if [[ $PART == wheels ]]; then
     # The GPU machine's image has torch, transformers, h5py, scipy, pandas, sklearn, attrs,
-    # matplotlib, mpmath, tqdm; lmsat.config needs jsonschema, the peers need these.
+    # matplotlib, mpmath, tqdm; lmsat.planning needs jsonschema, the peers need these.
     "$PYTHON" -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
         --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
         -d .whl jsonschema jsonschema-specifications referencing rpds-py \

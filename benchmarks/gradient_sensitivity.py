@@ -61,8 +61,8 @@ def main() -> None:
     from transformers import GPTNeoXForCausalLM
     from transformers.utils import logging
 
-    from lmsat.analysis import run_settings
-    from lmsat.callbacks import load_sample, monitor
+    from lmsat.standalone.analyse import run_settings
+    from lmsat.standalone.monitor import load_sample, monitor
 
     import golden_tables
 
@@ -117,7 +117,7 @@ def row_of(snapshot: Path, sample, settings, tokenizer: Path, model: str, revisi
     import torch
     from transformers import GPTNeoXForCausalLM
 
-    from lmsat.callbacks import monitor
+    from lmsat.standalone.monitor import monitor
 
     lm = GPTNeoXForCausalLM.from_pretrained(snapshot, dtype=torch.float32).eval()
     return monitor(lm, sample, settings=settings, metrics=("gradient_bottleneck",), tokenizer_dir=tokenizer, name=model,
@@ -131,8 +131,8 @@ def variants(workdir: Path, directory: Path, model: str = "toy-d16") -> None:
     import torch
     from transformers.utils import logging
 
-    from lmsat.analysis import run_settings
-    from lmsat.callbacks import load_sample
+    from lmsat.standalone.analyse import run_settings
+    from lmsat.standalone.monitor import load_sample
 
     import golden_tables
 

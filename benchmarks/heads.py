@@ -5,7 +5,7 @@
 
 Backbone: a randomly initialised Pythia-160m-shaped GPT-NeoX (d = 768, 12 layers, 12
 heads, V = 50304); head: LowRankHead of rank 64. Both paths run the very same
-`lmsat.heads.train_head` (same config, steps, windows and tokens per step); only the
+`lmsat.bottleneck.rank_heads.train_head` (same config, steps, windows and tokens per step); only the
 source of the representations differs:
   * cache:    `ShardedRepresentations` over HDF5 shards (float16 hidden states) written
               once by one pass of the backbone over the same number of tokens;
@@ -30,7 +30,8 @@ import numpy as np
 import torch
 from transformers import GPTNeoXConfig, GPTNeoXModel
 
-from lmsat.heads import HeadTrainConfig, ShardedRepresentations, train_head
+from lmsat.bottleneck.rank_heads import HeadTrainConfig, train_head
+from lmsat.bottleneck.representation_cache import ShardedRepresentations
 
 VOCAB_SIZE, D = 50304, 768
 

@@ -39,13 +39,13 @@ import numpy as np
 import pandas as pd
 import torch
 
-import lmsat.cache as cache_module
-from lmsat.cache import ExtractionSettings, extract_to_cache, open_cache
-from lmsat.heads import ShardedRepresentations
-from lmsat.integrity import hdf5_checksums
-from lmsat.metrics import METRICS
-from lmsat.tables import read_table, write_csv
-from lmsat.toy import ToyModelSpec, build_model
+import lmsat.data.hidden_states as cache_module
+from lmsat.bottleneck.representation_cache import ShardedRepresentations
+from lmsat.core.integrity import hdf5_checksums
+from lmsat.data.hidden_states import ExtractionSettings, extract_to_cache, open_cache
+from lmsat.products.metrics import METRICS
+from lmsat.products.table_files import read_table, write_csv
+from lmsat.toy.suite import ToyModelSpec, build_model
 
 
 @contextmanager

@@ -1,4 +1,4 @@
-"""Overhead of lmsat.evaluation.run_lmeval (+ the JSON caching the workflow adds) over a bare
+"""Overhead of lmsat.saturation.downstream.run_lmeval (+ the JSON caching the workflow adds) over a bare
 lm_eval.simple_evaluate call, on the same tiny saved GPT-NeoX and the offline synthetic tasks.
 
     python benchmarks/lmeval.py [--quick]
@@ -28,7 +28,7 @@ from tokenizers.models import WordLevel
 from tokenizers.pre_tokenizers import WhitespaceSplit
 from transformers import GPTNeoXConfig, GPTNeoXForCausalLM, PreTrainedTokenizerFast
 
-from lmsat.evaluation import run_lmeval, write_offline_tasks
+from lmsat.saturation.downstream import run_lmeval, write_offline_tasks
 
 EOS = "<|endoftext|>"
 

@@ -118,8 +118,8 @@ def weight_tables(workdir: Path, model: str) -> dict[tuple[str, str], float]:
 
     logging.disable_progress_bar()
 
-    from lmsat.attention import attention_lowrank
-    from lmsat.spectra import effective_rank, singular_entropy, singular_values, stable_rank
+    from lmsat.degeneration.attention import attention_lowrank
+    from lmsat.degeneration.spectra import effective_rank, singular_entropy, singular_values, stable_rank
 
     hub = workdir / f"results/default/toy/hub/models--lmsat-toy--{model}"
     n_valid = len(json.loads((workdir / "results/default/toy/tokenizer/tokenizer.json").read_text())["model"]["vocab"])
@@ -144,7 +144,7 @@ def weight_tables(workdir: Path, model: str) -> dict[tuple[str, str], float]:
 def peer_tables(lm, revision: str, n_valid: int) -> dict:
     """weight_alpha and weight_sparsity values of one checkpoint, as the checkpoint job
     computes them: (table, column, revision, layer, matrix, "") -> value."""
-    from lmsat.weight_diagnostics import ALPHA_COLUMNS, SPARSITY_COLUMNS, model_diagnostics
+    from lmsat.degeneration.weight_diagnostics import ALPHA_COLUMNS, SPARSITY_COLUMNS, model_diagnostics
 
     arrays = model_diagnostics(lm, revision, n_valid)
     out = {}
@@ -164,10 +164,10 @@ def similarity_tables(workdir: Path, hub: Path, model: str) -> dict:
     import torch
     from transformers import GPTNeoXForCausalLM
 
-    from lmsat.cache import ExtractionSettings, extract_to_cache, open_cache
-    from lmsat.config import load_yaml
-    from lmsat.corpus import read_sample
-    from lmsat.similarity import layer_similarities
+    from lmsat.data.corpus import read_sample
+    from lmsat.data.hidden_states import ExtractionSettings, extract_to_cache, open_cache
+    from lmsat.degeneration.similarity import layer_similarities
+    from lmsat.planning.config_files import load_yaml
 
     extraction = load_yaml(ROOT / "config" / "config.yaml")["extraction"]
     settings = ExtractionSettings(batch_size=extraction["batch_size"], chunk_sequences=extraction["chunk_sequences"],

@@ -41,7 +41,7 @@ def main(argv=None) -> None:
     from lib import cka as kornblith  # pico-analyze's lib/cka.py
     from lib.svcca.pwcca import compute_pwcca  # pico-analyze's lib/svcca/pwcca.py
 
-    from lmsat.similarity import canonical_similarity, linear_cka
+    from lmsat.degeneration.similarity import canonical_similarity, linear_cka
 
     caches = args.run_dir / "results" / "default" / "cache"
     rows, warned = [], 0

@@ -1,7 +1,7 @@
 """Search the toy suite for saturation: narrow models whose held-out loss rises late, wide ones not.
 
-Each *setting* is a language (lmsat.synthetic.LanguageSpec) plus a training recipe
-(lmsat.toy.TrainSpec / ToyModelSpec). For every setting x seed x width it trains one toy
+Each *setting* is a language (lmsat.toy.language.LanguageSpec) plus a training recipe
+(lmsat.toy.suite.TrainSpec / ToyModelSpec). For every setting x seed x width it trains one toy
 GPT-NeoX on FRESH data (independent stationary chains of the language, consumed once in
 order: TrainSpec(windows="sequential"), so a rise cannot come from repeated data), evaluates
 the held-out loss at evenly spaced checkpoints on a fixed fresh sample of the language
@@ -35,15 +35,15 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from lmsat.synthetic import LanguageSpec, build_language
-from lmsat.toy import ToyModelSpec, TrainSpec, train_toy_model
+from lmsat.toy.language import LanguageSpec, build_language
+from lmsat.toy.suite import ToyModelSpec, TrainSpec, train_toy_model
 
 Z_SATURATED = 3.0  # final - best in standard errors above which a run saturates
 
 # The base setting: a 256-word order-2 language with 4 groups (C = 1024 contexts, true
 # matrix rank 256) and Pythia's recipe at the toy scale; every other setting changes a few
 # knobs of it. Language knobs: vocab, order, groups, support, zipf. Model/recipe knobs:
-# seq_len, layers, tied, steps, batch, lr_scale (x lmsat.toy.default_lr(d)), wd,
+# seq_len, layers, tied, steps, batch, lr_scale (x lmsat.toy.suite.default_lr(d)), wd,
 # min_lr (cosine floor / peak), warmup.
 BASE = dict(
     vocab=256, order=2, groups=4, support=32, zipf=1.1,
@@ -270,7 +270,7 @@ def verdict(records: list[dict]) -> list[str]:
 
 def export_loss_table(records: list[dict], setting: str, seed: int, path: Path) -> None:
     """A loss.csv-like table (suite, model, revision, step, tokens, loss, loss_sem) of one
-    setting x seed, every width a model toy-d{width}: the input of lmsat.tables.loss_table."""
+    setting x seed, every width a model toy-d{width}: the input of lmsat.products.saturation_tables.loss_table."""
     rows = []
     for r in sorted(records, key=lambda r: r["width"]):
         if (r["setting"], r["seed"]) != (setting, seed):

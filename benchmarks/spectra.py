@@ -4,7 +4,7 @@
     python benchmarks/spectra.py --quick   # a 50,304 x 128 head (Pythia-14m's shape), < 1 min
 
 Methods, on the same random float32 head with a decaying spectrum:
-  * Gram (lmsat): lmsat.spectra.singular_values, eigvalsh of W^T W accumulated in float64.
+  * Gram (lmsat): lmsat.degeneration.spectra.singular_values, eigvalsh of W^T W accumulated in float64.
   * WeightWatcher: the SVD WeightWatcher runs for a layer's ESD on a CPU-only machine,
     `weightwatcher.RMT_Util.svd_vals(W, method="accurate")` (scipy.linalg.svd on W as given,
     float32 here). Skipped with a message when weightwatcher is not installed.
@@ -20,7 +20,7 @@ import time
 
 import numpy as np
 
-from lmsat.spectra import singular_values
+from lmsat.degeneration.spectra import singular_values
 
 
 def random_head(n_rows: int, d: int, seed: int = 0) -> np.ndarray:

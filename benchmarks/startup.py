@@ -155,8 +155,8 @@ def jobs(old: str, repeats: int) -> None:
     from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
     sys.path.insert(0, str(ROOT / "src"))
-    from lmsat.corpus import write_sample
-    from lmsat.plan import ModelEntry
+    from lmsat.core.plan import ModelEntry
+    from lmsat.data.corpus import write_sample
 
     with tempfile.TemporaryDirectory() as scratch:
         scratch = Path(scratch)

@@ -1,9 +1,9 @@
 """Check: tiny checkpoints written by DataDecide's and Pico's own code, loaded through lmsat, compute what that code computes.
 
 lmsat converts hf_olmo (ai2-olmo; OLMo 1, DataDecide) and pico_decoder (pico-train; Pico)
-checkpoints at load time to transformers classes of the same maths (lmsat.formats). This
+checkpoints at load time to transformers classes of the same maths (lmsat.checkpoints.formats). This
 builds tiny random models with the suites' real code, saves them as those suites did
-(`save_pretrained`), loads each through lmsat.models.load_causal_lm, and prints the largest
+(`save_pretrained`), loads each through lmsat.checkpoints.loading.load_causal_lm, and prints the largest
 difference of logits and hidden states against the original code's forward, in float64 and
 float32. Two interpreters, since that code is not lmsat's dependency and is not committed
 (measured: docs/paper.md, "What each suite can answer"):
@@ -147,8 +147,8 @@ def make(out: Path, pico_train: Path) -> None:
 def check(out: Path) -> int:
     import torch
 
-    from lmsat.analysis import checkpoint_entry
-    from lmsat.models import load_causal_lm
+    from lmsat.checkpoints.loading import load_causal_lm
+    from lmsat.standalone.analyse import checkpoint_entry
 
     rows, worst = [], {}
     print(f"{'variant':<14} {'loaded as':<18} {'dtype':<8} {'max |dlogit|':>13} {'f32 eps':>8} {'max |dhidden|':>14}")

@@ -19,9 +19,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from lmsat.schedules import toy_steps
-from lmsat.synthetic import LanguageSpec, build_language, write_corpus
-from lmsat.toy import (
+from lmsat.core.schedules import toy_steps
+from lmsat.toy.language import LanguageSpec, build_language, write_corpus
+from lmsat.toy.suite import (
     ToyModelSpec,
     TrainSpec,
     build_tokenizer,

@@ -5,7 +5,7 @@
     python benchmarks/verdict_rates.py rates --curves 2000 --draws 20000
     python benchmarks/verdict_rates.py coverage                               # the interval's coverage
 
-`export` writes the per-sequence mean losses (lmsat.verdict.sequence_means of each cache's
+`export` writes the per-sequence mean losses (lmsat.saturation.verdict.sequence_means of each cache's
 `loss` dataset) of one model's checkpoints, one column per step. `rates` resamples its
 sequences about a flat curve (the size) and about curves that fall, bottom out at the
 3rd-last checkpoint and rise to the final by 1 ... 5 standard errors of the paired best-to-final
@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from lmsat.verdict import sequence_means, simulated_coverage, simulated_rate  # noqa: E402
+from lmsat.saturation.verdict import sequence_means, simulated_coverage, simulated_rate  # noqa: E402
 
 DATA = ROOT / "tests" / "data" / "toy_sequence_losses.csv"
 

@@ -19,7 +19,7 @@ Models (the same weights for both):
     computes in float64 either way).
 
 Each model's matrices (every nn.Linear of every block, then the head) are written once to an
-.npz. lmsat (this interpreter) runs lmsat.weight_diagnostics.matrix_diagnostics on each; the
+.npz. lmsat (this interpreter) runs lmsat.degeneration.weight_diagnostics.matrix_diagnostics on each; the
 WeightWatcher interpreter loads the same arrays into torch nn.Linear modules (no embeddings,
 so WeightWatcher's layer filters see exactly these matrices) and runs
 `WeightWatcher(model).analyze(mp_fit=True, max_N=...)`: its default fit (powerlaw via its
@@ -130,7 +130,7 @@ def pythia_160m_shaped():
 
 def matrices(model, head_rows: int | None) -> list[tuple[str, object]]:
     """(name, weight as stored: a torch tensor in the model's dtype) of every matrix lmsat analyses."""
-    from lmsat.weight_diagnostics import linear_weights
+    from lmsat.degeneration.weight_diagnostics import linear_weights
 
     return [(f"{layer}.{name}", w.clone()) for name, layer, w in linear_weights(model, head_rows)]
 
@@ -140,7 +140,7 @@ def ours(mats, threads: int) -> tuple[list[dict], float, float]:
     dtype: (rows, wall seconds, CPU seconds)."""
     import torch
 
-    from lmsat.weight_diagnostics import matrix_diagnostics
+    from lmsat.degeneration.weight_diagnostics import matrix_diagnostics
 
     torch.set_num_threads(threads)
     matrix_diagnostics(mats[0][1][:64, :32])  # imports (scipy.optimize) outside the timing

@@ -3,7 +3,7 @@
     python benchmarks/werror.py            # 5M tokens, V = 8192, svds k = 1000 (minutes)
     python benchmarks/werror.py --quick    # 600k tokens, V = 4096, k = 250 (< 1 min)
 
-Methods: "gram" = lmsat.werror.gram_spectrum (scipy eigvalsh, in place), "gram-torch" =
+Methods: "gram" = lmsat.bottleneck.werror.gram_spectrum (scipy eigvalsh, in place), "gram-torch" =
 the same with torch.linalg.eigvalsh (MKL) on CPU (what the pipeline uses on CPU),
 "gram-cuda" (with --cuda) the same on the GPU, "svds" = scipy.sparse.linalg.svds(k).
 Threads: set OMP_NUM_THREADS (also used for torch) to compare at a fixed thread count.
@@ -40,8 +40,8 @@ import numpy as np
 import scipy.sparse
 import scipy.sparse.linalg
 
-from lmsat.ngrams import context_matrix, count_ngrams
-from lmsat.werror import frobenius_norm, gram_spectrum, w_error_curve
+from lmsat.bottleneck.ngrams import context_matrix, count_ngrams
+from lmsat.bottleneck.werror import frobenius_norm, gram_spectrum, w_error_curve
 
 
 def zipf_probabilities(n: int, exponent: float) -> np.ndarray:

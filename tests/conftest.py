@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from lmsat.config import load_yaml
+from lmsat.planning.config_files import load_yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = ROOT / "workflow" / "schemas" / "config.schema.yaml"
@@ -24,7 +24,7 @@ sys.path.append(str(ROOT / "workflow" / "scripts"))
 @pytest.fixture
 def default_config() -> dict:
     """config/config.yaml, its run named: written to another file (tmp/config.yaml), it
-    would be named after that file (lmsat.config.run_of_config_file)."""
+    would be named after that file (lmsat.planning.slicing.run_of_config_file)."""
     return dict(copy.deepcopy(load_yaml(ROOT / "config" / "config.yaml")), run="default")
 
 
@@ -180,7 +180,8 @@ def small_toy_config(models=("toy-d16", "toy-d32"), n_seq=256, chunk=2) -> dict:
 
 def plan_refused(config: dict, key: str, *fragments: str) -> str:
     """The ConfigError of planning `config`: it names config key `key`, a fix, and `fragments`."""
-    from lmsat.config import ConfigError, load_plan
+    from lmsat.errors import ConfigError
+    from lmsat.planning.load import load_plan
 
     with pytest.raises(ConfigError) as info:
         load_plan(config, SCHEMA)

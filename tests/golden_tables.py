@@ -6,7 +6,7 @@ provenance columns, Table 1's Markdown and LaTeX as written), readable in a diff
 run matches when each recorded table is made again with the same columns in the same
 order and the same rows in the same order; keys, names, flags and integers equal; and
 each float within the tolerance of its quantity (TOLERANCES, with the measured spread it
-comes from). Provenance columns (lmsat.tables.with_provenance: the config hash, the library
+comes from). Provenance columns (lmsat.products.table_files.with_provenance: the config hash, the library
 versions, the lmsat source hash of the table and of each row) change with any edit by
 design, and weight hashes with any bit of the weights: neither is compared (is_provenance;
 made_with.txt keeps the recording's). A change that means to change results records the
@@ -64,7 +64,7 @@ class Tolerance:
 
 
 def balance_gap_terms(row: dict[str, str]) -> float:
-    """The terms of balance_gap = ||A^T A - B^T B||_F / ||A||_F^2 (lmsat.attention), in units
+    """The terms of balance_gap = ||A^T A - B^T B||_F / ||A||_F^2 (lmsat.degeneration.attention), in units
     of the result's normaliser, from its recorded row: a relative change e of both Grams
     moves the gap by at most e ((||A^T A||_F + ||B^T B||_F) / ||A||_F^2 + gap), and, since
     ||G||_F <= tr G for a Gram and | ||A||_F^2 - ||B||_F^2 | = |tr(A^T A - B^T B)| <=
@@ -278,7 +278,7 @@ TOLERANCES: dict[str | tuple[str, str], Tolerance] = {
 }
 
 
-# The gradient bottleneck (issue 41; lmsat.gradient_bottleneck): shares of each token's logit
+# The gradient bottleneck (issue 41; lmsat.bottleneck.gradient): shares of each token's logit
 # gradient in the head's column space, from a float32 forward and float32 head GEMMs.
 # Measured (`python benchmarks/gradient_sensitivity.py RUN --variants DIR` after
 # `numeric_variants.py weights DIR base threads2 aten-default mkl-compatible onednn-avx2

@@ -30,7 +30,7 @@ from transformers import (
     SmolLM3ForCausalLM,
 )
 
-from lmsat.adapters import (
+from lmsat.checkpoints.adapters import (
     SUPPORTED_FAMILIES,
     attention_heads,
     decoder_layers,
@@ -351,7 +351,7 @@ def family_of(model):
 @pytest.mark.parametrize("family", ["gpt_neox", "gpt2", "opt", "opt_project_out", "llama", "gemma", "olmo2"])
 def test_attention_factors_match_the_full_products_singular_values(family):
     """attention_lowrank (QR of the factors) against the full SVD of each d x d product."""
-    from lmsat.attention import attention_lowrank
+    from lmsat.degeneration.attention import attention_lowrank
 
     model = build(family)
     records = attention_lowrank(model)
@@ -377,9 +377,9 @@ def test_attention_factors_match_the_full_products_singular_values(family):
 def test_cache_of_opt_project_out_stores_each_layer_at_its_tokens(tmp_path):
     """OPT-350m through the hidden-state cache: per-layer anisotropy from the cache equals the
     float64 brute force over the model's own hidden states at the cached tokens."""
-    from lmsat.anisotropy import mean_pairwise_cosine_bruteforce
-    from lmsat.cache import ExtractionSettings, extract_to_cache, open_cache
-    from lmsat.metrics import METRICS
+    from lmsat.data.hidden_states import ExtractionSettings, extract_to_cache, open_cache
+    from lmsat.degeneration.anisotropy import mean_pairwise_cosine_bruteforce
+    from lmsat.products.metrics import METRICS
 
     model = build("opt_project_out")
     tokens = np.random.default_rng(0).integers(3, VOCAB, size=(6, SEQ)).astype(np.int32)

@@ -55,7 +55,7 @@ def checkpoint_of(results):
 
 
 def test_analyse_on_the_run_s_sample_equals_the_workflow(toy_run):
-    from lmsat.spectra import singular_entropy
+    from lmsat.degeneration.spectra import singular_entropy
 
     workdir, results, records, head_s = toy_run
     sample = results / "samples" / "synthetic" / "toy.h5"
@@ -74,12 +74,12 @@ def test_analyse_on_the_run_s_sample_equals_the_workflow(toy_run):
     # every metric of one checkpoint (representation_similarity compares checkpoints: not analyse's)
     assert set(metrics) == {"loss", "anisotropy", "effective_rank", "spectra", "attention", "weight_diagnostics",
                             "gradient_bottleneck"}
-    from lmsat.weight_diagnostics import read_diagnostics
+    from lmsat.degeneration.weight_diagnostics import read_diagnostics
 
     arrays, _ = read_diagnostics(results / f"weight_diagnostics/{MODEL}/{REVISION}.h5")  # the workflow's job
     assert metrics["weight_diagnostics"]["head_stable_rank"] == pytest.approx(arrays["stable_rank"][-1], rel=1e-12)
     assert metrics["weight_diagnostics"]["head_alpha"] == pytest.approx(arrays["alpha"][-1], rel=1e-12, nan_ok=True)
-    from lmsat.gradient_bottleneck import read_gradient_file, summarize  # the job's file (analyse_checkpoint's output)
+    from lmsat.bottleneck.gradient import read_gradient_file, summarize  # the job's file (analyse_checkpoint's output)
 
     job = summarize(read_gradient_file(results / f"gradient_bottleneck/{MODEL}/{REVISION}.h5"))
     for key in ("energy_kept", "energy_kept_sem", "norm_kept", "energy_kept_rare", "random_energy"):
@@ -90,7 +90,7 @@ def test_analyse_on_the_run_s_sample_equals_the_workflow(toy_run):
 def test_analyse_on_text_builds_the_workflow_s_sample_and_names_it(toy_run, tmp_path):
     """--text on the run's own eval text with its config: the very sample rule
     sample_eval_tokens built (same SHA-256), so the same loss; the output says how it was built."""
-    from lmsat.corpus import read_sample
+    from lmsat.data.corpus import read_sample
 
     workdir, results, records, _ = toy_run
     text = results / "corpora" / "synthetic" / "eval.txt"
@@ -146,7 +146,7 @@ def test_the_public_api_is_exported_lazily_with_docstrings():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr
     import lmsat
-    from lmsat.metrics import METRICS
+    from lmsat.products.metrics import METRICS
 
     assert lmsat.METRICS is METRICS and lmsat.mean_pairwise_cosine(np.eye(3)) == 0.0
 
@@ -189,7 +189,7 @@ def test_text_without_a_config_fits_the_sequences_to_a_small_model_s_context(tmp
 
 def test_a_vocabulary_smaller_than_the_tokenizer_is_refused_before_the_forward(tmp_path, tiny_neox):
     """Issue 31, case 3: a checkpoint of 40 vocabulary rows and a tokenizer of 62 ids, `--metrics
-    loss` on text: the pipeline's refusal (lmsat.models.check_token_ids), not a raw IndexError."""
+    loss` on text: the pipeline's refusal (lmsat.checkpoints.loading.check_token_ids), not a raw IndexError."""
     from conftest import word_tokenizer
 
     tiny_neox.save_pretrained(tmp_path / "checkpoint-50")

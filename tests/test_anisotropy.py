@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from lmsat.anisotropy import (
+from lmsat.degeneration.anisotropy import (
     MeanCosineAccumulator,
     mean_pairwise_cosine,
     mean_pairwise_cosine_bruteforce,

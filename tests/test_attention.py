@@ -5,8 +5,8 @@ import pytest
 import torch
 from transformers import GPTNeoXConfig, GPTNeoXForCausalLM, LlamaConfig, LlamaForCausalLM
 
-from lmsat.attention import attention_lowrank, factor_metrics, product_singular_values, qk_vo_factors
-from lmsat.spectra import effective_rank, stable_rank
+from lmsat.degeneration.attention import attention_lowrank, factor_metrics, product_singular_values, qk_vo_factors
+from lmsat.degeneration.spectra import effective_rank, stable_rank
 
 
 def dense_reference(a: np.ndarray, b: np.ndarray) -> dict:

@@ -15,15 +15,20 @@ import pytest
 import torch
 from snakemake.iocontainers import Namedlist
 
-from lmsat import bottleneck, headcache, ngram_werror
-from lmsat.config import ConfigError, ModelEntry, load_plan
-from lmsat.corpus import CorpusError
+from lmsat.bottleneck import corpus_werror as ngram_werror
+from lmsat.bottleneck import rank_grid as bottleneck
+from lmsat.bottleneck import representation_cache as headcache
+from lmsat.bottleneck.rank_heads import HeadTrainConfig, state_file, train_head
+from lmsat.bottleneck.representation_cache import ShardedRepresentations
+from lmsat.bottleneck.werror import w_error_curve
+from lmsat.core.io import IdentityError
+from lmsat.core.plan import ModelEntry
+from lmsat.data.corpus import CorpusError
+from lmsat.errors import ConfigError
 from lmsat.figures.bottleneck import plot_ground_truth, plot_ngram_werror, plot_rank_heads, plot_werror_loss
-from lmsat.heads import HeadTrainConfig, ShardedRepresentations, state_file, train_head
-from lmsat.io import IdentityError
-from lmsat.synthetic import LanguageSpec, build_language
-from lmsat.tables import HEAD_COLUMNS, SEARCH_COLUMNS, heads_tables, monotone_violations
-from lmsat.werror import w_error_curve
+from lmsat.planning.load import load_plan
+from lmsat.products.bottleneck_tables import HEAD_COLUMNS, SEARCH_COLUMNS, heads_tables, monotone_violations
+from lmsat.toy.language import LanguageSpec, build_language
 
 from conftest import SCHEMA, script, word_tokenizer
 
@@ -138,7 +143,7 @@ def test_a_killed_build_resumes_from_its_parts(tiny_neox, tmp_path, caplog):
     with pytest.raises(IndexError):
         headcache.build_head_cache(tiny_neox, broken, paths, identity=identity, settings=settings)
     assert (tmp_path / ".parts" / "train_0000.h5").exists() and not paths["train"][0].exists()
-    with caplog.at_level(logging.INFO, logger="lmsat.headcache"):
+    with caplog.at_level(logging.INFO, logger="lmsat.bottleneck.representation_cache"):
         headcache.build_head_cache(tiny_neox, sets, paths, identity=identity, settings=settings)
     assert "reusing" in caplog.text
     resumed = {p.name: h5py.File(p)["hidden"][...] for p in paths["train"]}
@@ -359,7 +364,7 @@ def _cache_job(saved_model, out, sample=""):
 def test_cache_and_training_scripts_run_and_resume(saved_model, tmp_path):
     torch.set_num_threads(1)
     root, corpus, _ = saved_model
-    from lmsat.corpus import build_sample
+    from lmsat.data.corpus import build_sample
 
     sample = tmp_path / "sample.h5"
     tokenizer = word_tokenizer(WORDS)

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from lmsat import cache as cache_module
-from lmsat.cache import CacheError, ExtractionSettings, extract_to_cache, iter_rows, open_cache
-from lmsat.metrics import METRICS
+from lmsat.data import hidden_states as cache_module
+from lmsat.data.hidden_states import CacheError, ExtractionSettings, extract_to_cache, iter_rows, open_cache
+from lmsat.products.metrics import METRICS
 
 SETTINGS = ExtractionSettings(batch_size=3, chunk_sequences=4, layer_sample=50, seed=1)
 IDENTITY = dict(model="tiny", revision="step1", model_id="local/tiny", sample_sha256="abc")

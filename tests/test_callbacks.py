@@ -54,7 +54,7 @@ def runs(tmp_path_factory):
     """Two 24-step runs of one seed, one watched, one not. The eval text holds about 19k
     tokens (issue 44, item 3): too few for the paper's 50k-token sample, and the callback is
     given no size: it takes the sample `lmsat init` writes into the workflow's config."""
-    from lmsat.callbacks import SaturationCallback
+    from lmsat.standalone.callback import SaturationCallback
 
     base = tmp_path_factory.mktemp("watched")
     text, eval_text, tokenizer = texts_and_tokenizer(base, train_lines=600, eval_lines=1530)
@@ -120,7 +120,7 @@ def test_the_values_reach_the_trainer_s_log_and_tensorboard(runs):
 
 @slow
 def test_the_rows_equal_the_workflow_s_on_the_saved_checkpoints(runs, tmp_path):
-    from lmsat.tables import read_table
+    from lmsat.products.table_files import read_table
 
     out, work = runs["base"] / "watched" / "out", tmp_path / "work"
     work.mkdir()
@@ -140,7 +140,7 @@ def test_the_rows_equal_the_workflow_s_on_the_saved_checkpoints(runs, tmp_path):
     assert ran.returncode == 0, ran.stdout[-6000:]
     mine = out / "lmsat"
     # the same sample: the very tokens the workflow's rule sample_eval_tokens drew
-    from lmsat.corpus import read_sample
+    from lmsat.data.corpus import read_sample
 
     (pipeline_sample,) = (work / "results" / "out" / "samples").rglob("*.h5")
     assert read_sample(pipeline_sample)[1]["sha256"] == read_sample(mine / "sample.h5")[1]["sha256"]
@@ -158,7 +158,7 @@ def test_the_rows_equal_the_workflow_s_on_the_saved_checkpoints(runs, tmp_path):
     verdicts = read_table(mine / "tables" / "saturation_verdicts.csv")
     from dataclasses import fields
 
-    from lmsat.verdict import Verdict
+    from lmsat.saturation.verdict import Verdict
 
     assert list(verdicts.columns[: 1 + len(fields(Verdict))]) == ["model", *(f.name for f in fields(Verdict))]
     assert verdicts["checkpoints"].tolist() == [3] and verdicts["final_step"].tolist() == [24]
@@ -189,7 +189,7 @@ def assets(tmp_path_factory):
 
 
 def sample_of(assets, tokenizer_dir, name, **sample):
-    from lmsat.analysis import run_settings, text_sample
+    from lmsat.standalone.analyse import run_settings, text_sample
 
     settings = run_settings()
     settings["sample"].update(sample)
@@ -206,7 +206,8 @@ def refused_before_training(trainer, match):
 
 
 def test_a_sample_of_another_tokenizer_is_refused_before_training(assets, tmp_path):
-    from lmsat.callbacks import SaturationCallback, load_sample, tokenizer_agreement
+    from lmsat.standalone.callback import SaturationCallback
+    from lmsat.standalone.monitor import load_sample, tokenizer_agreement
 
     own = sample_of(assets, assets["base"] / "tokenizer", "own.h5", n_tokens=640, seq_len=64)
     other = sample_of(assets, assets["base"] / "other-tokenizer", "other.h5", n_tokens=640, seq_len=64)
@@ -222,7 +223,7 @@ def test_a_sample_of_another_tokenizer_is_refused_before_training(assets, tmp_pa
 
 
 def test_a_sample_longer_than_the_context_is_refused_before_training(assets, tmp_path):
-    from lmsat.callbacks import SaturationCallback
+    from lmsat.standalone.callback import SaturationCallback
 
     long = sample_of(assets, assets["base"] / "tokenizer", "long.h5", n_tokens=1280, seq_len=128)
     trainer = trainer_of(tmp_path / "out", assets["text"], assets["tokenizer"], [SaturationCallback(sample=long)])
@@ -236,7 +237,7 @@ def test_a_family_the_adapters_do_not_know_is_refused_before_training(assets, tm
     import torch
     from transformers import BloomConfig, BloomForCausalLM, Trainer, TrainingArguments, default_data_collator
 
-    from lmsat.callbacks import SaturationCallback
+    from lmsat.standalone.callback import SaturationCallback
 
     torch.manual_seed(0)
     model = BloomForCausalLM(BloomConfig(vocab_size=len(assets["tokenizer"]), hidden_size=16, n_layer=1, n_head=2))
@@ -245,12 +246,14 @@ def test_a_family_the_adapters_do_not_know_is_refused_before_training(assets, tm
     trainer = Trainer(model=model, args=args, train_dataset=Windows(assets["tokenizer"], assets["text"]),
                       processing_class=assets["tokenizer"], data_collator=default_data_collator,
                       callbacks=[SaturationCallback(text=assets["eval"], n_tokens=640)])
-    refused_before_training(trainer, r"cannot watch this model: model_type 'bloom' has no adapter in lmsat.adapters; supported: .*gpt_neox")
+    refused_before_training(
+        trainer, r"cannot watch this model: model_type 'bloom' has no adapter in lmsat.checkpoints.adapters; supported: .*gpt_neox"
+    )
 
 
 def test_a_callback_without_a_sample_or_with_a_missing_file_is_refused_when_made(assets, tmp_path):
-    from lmsat.callbacks import SaturationCallback
     from lmsat.errors import MonitorError
+    from lmsat.standalone.callback import SaturationCallback
 
     with pytest.raises(MonitorError, match="needs one eval sample. Fix: pass text="):
         SaturationCallback()
@@ -290,8 +293,8 @@ def test_monitor_leaves_the_model_and_every_rng_as_it_found_them(assets, tmp_pat
 
 
 def test_every_n_steps_evaluates_between_saves_and_a_resumed_run_keeps_the_earlier_evaluations(assets, tmp_path):
-    from lmsat.callbacks import SaturationCallback
-    from lmsat.tables import read_table
+    from lmsat.products.table_files import read_table
+    from lmsat.standalone.callback import SaturationCallback
 
     callback = SaturationCallback(text=assets["eval"], n_tokens=640, every_n_steps=2)
     trainer = trainer_of(tmp_path / "out", assets["text"], assets["tokenizer"], [callback], max_steps=4, save_steps=4)
@@ -330,7 +333,7 @@ def degrading(after: int, scale: float):
 def test_a_rising_loss_warns_once_and_stops_training_only_when_asked(assets, tmp_path):
     """A real run whose head is degraded after step 6: the verdict turns to `saturates`, the
     callback warns once and goes on; with stop_on_saturation=True, training stops there."""
-    from lmsat.callbacks import SaturationCallback
+    from lmsat.standalone.callback import SaturationCallback
 
     for stop in (False, True):
         callback = SaturationCallback(text=assets["eval"], n_tokens=640, every_n_steps=2, stop_on_saturation=stop)
@@ -353,8 +356,9 @@ def test_monitor_s_scratch_cache_in_memory_or_on_disk_gives_the_same_record(asse
     import torch
     from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
-    from lmsat import callbacks
-    from lmsat.cache import ExtractionSettings
+    from lmsat.data.hidden_states import ExtractionSettings
+    from lmsat.standalone import monitor as monitoring
+    from lmsat.standalone.monitor import load_sample, monitor, scalars, scratch_dir
 
     own = sample_of(assets, assets["base"] / "tokenizer", "own3.h5", n_tokens=640, seq_len=64)
     torch.manual_seed(0)
@@ -363,14 +367,14 @@ def test_monitor_s_scratch_cache_in_memory_or_on_disk_gives_the_same_record(asse
     settings = ExtractionSettings(layer_sample=64)
     memory = tmp_path / "memory"
     memory.mkdir()
-    monkeypatch.setattr(callbacks, "MEMORY_DIR", str(memory))
-    assert callbacks.scratch_dir(model, callbacks.load_sample(own).tokens.size, settings) == str(memory)
-    in_memory = callbacks.monitor(model, own, tokenizer_dir=assets["base"] / "tokenizer")
-    monkeypatch.setattr(callbacks, "MEMORY_DIR", str(tmp_path / "absent"))  # no such folder: the system's temporary one
-    assert callbacks.scratch_dir(model, callbacks.load_sample(own).tokens.size, settings) is None
-    on_disk = callbacks.monitor(model, own, tokenizer_dir=assets["base"] / "tokenizer")
+    monkeypatch.setattr(monitoring, "MEMORY_DIR", str(memory))
+    assert scratch_dir(model, load_sample(own).tokens.size, settings) == str(memory)
+    in_memory = monitor(model, own, tokenizer_dir=assets["base"] / "tokenizer")
+    monkeypatch.setattr(monitoring, "MEMORY_DIR", str(tmp_path / "absent"))  # no such folder: the system's temporary one
+    assert scratch_dir(model, load_sample(own).tokens.size, settings) is None
+    on_disk = monitor(model, own, tokenizer_dir=assets["base"] / "tokenizer")
     assert list(memory.iterdir()) == []  # the scratch cache is gone after the metrics are read
-    assert callbacks.scalars(in_memory) == pytest.approx(callbacks.scalars(on_disk), rel=1e-12)
+    assert scalars(in_memory) == pytest.approx(scalars(on_disk), rel=1e-12)
     assert np.allclose(in_memory["sequence_losses"], on_disk["sequence_losses"], rtol=1e-12)
 
 
@@ -382,9 +386,9 @@ def test_a_text_too_short_for_the_asked_size_is_refused_before_training_naming_n
     sample builder's CorpusError naming `sample.n_tokens`; it is a MonitorError before the
     first step naming `n_tokens=` and the size the text gives. Left out, the size is the one
     `lmsat init` writes for that text and model, and the callback prints it."""
-    from lmsat.callbacks import SaturationCallback
     from lmsat.commands.init import sample_size
     from lmsat.errors import MonitorError
+    from lmsat.standalone.callback import SaturationCallback
 
     chosen = sample_size([assets["eval"]], assets["base"] / "tokenizer", ("max_position_embeddings", 64))
     assert chosen.seq_len == 64 and chosen.n_tokens == chosen.windows // 2 * 64 < 50_000
@@ -409,8 +413,8 @@ def test_options_of_the_wrong_type_are_refused_when_made_and_a_file_in_the_way_b
     """Issue 46, case 12: every_n_steps='10' and n_tokens='640' failed with a TypeError, an
     `<output_dir>/lmsat` that is a file with FileExistsError; each is a named MonitorError,
     the types when the callback is made, the file before the first step."""
-    from lmsat.callbacks import SaturationCallback
     from lmsat.errors import MonitorError
+    from lmsat.standalone.callback import SaturationCallback
 
     for option, value, fix in (("every_n_steps", "10", "every_n_steps=10, a number, not a string"),
                                ("n_tokens", "640", "n_tokens=640, a number, not a string"),
@@ -449,8 +453,8 @@ def test_evaluations_past_the_resume_point_leave_every_table_and_the_verdict(ass
     dies at 11 and resumes from checkpoint-4 with max_steps 8. The evaluations after step 4
     belong to the dead trajectory: they leave every table (loss.csv called step-10 final
     while the verdict said final step 8) and the verdict, kept under abandoned/."""
-    from lmsat.callbacks import SaturationCallback
-    from lmsat.tables import read_table
+    from lmsat.products.table_files import read_table
+    from lmsat.standalone.callback import SaturationCallback
 
     out, tables = tmp_path / "out", tmp_path / "out" / "lmsat" / "tables"
     first = SaturationCallback(text=assets["eval"], n_tokens=640, every_n_steps=2, tables_interval=0)
@@ -490,13 +494,13 @@ def test_a_run_past_its_first_epoch_says_so_beside_the_verdict(assets, tmp_path,
     and the log say so; within it they do not."""
     import logging
 
-    from lmsat.callbacks import SaturationCallback
-    from lmsat.tables import read_table
+    from lmsat.products.table_files import read_table
+    from lmsat.standalone.callback import SaturationCallback
 
     short = write_text(tmp_path / "short.txt", 40, seed=3)  # about 12 windows: 3 steps an epoch
     callback = SaturationCallback(text=assets["eval"], n_tokens=640, every_n_steps=2)
     trainer = trainer_of(tmp_path / "out", short, assets["tokenizer"], [callback], max_steps=8, save_steps=4)
-    with caplog.at_level(logging.INFO, logger="lmsat.callbacks"):
+    with caplog.at_level(logging.INFO, logger="lmsat.standalone.callback"):
         trainer.train()
     assert trainer.state.epoch > 1
     verdict = read_table(tmp_path / "out" / "lmsat" / "tables" / "saturation_verdicts.csv")

@@ -10,8 +10,10 @@ from dataclasses import asdict
 import pytest
 import yaml
 
-from lmsat import schedules
-from lmsat.config import ConfigError, load_plan, load_yaml
+from lmsat.core import schedules
+from lmsat.errors import ConfigError
+from lmsat.planning.config_files import load_yaml
+from lmsat.planning.load import load_plan
 
 from conftest import ROOT, SCHEMA, clone_like
 

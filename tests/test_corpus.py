@@ -8,7 +8,7 @@ import h5py
 import numpy as np
 import pytest
 
-from lmsat.corpus import CorpusError, build_sample, iter_documents, read_sample
+from lmsat.data.corpus import CorpusError, build_sample, iter_documents, read_sample
 
 from conftest import word_tokenizer
 
@@ -116,7 +116,7 @@ def flaky_hub(monkeypatch, fail_at: int, error: Exception, broken_openings: int 
 
 
 def test_hf_stream_resumes_after_a_transient_fault_without_repeating_rows(monkeypatch):
-    from lmsat.fetch import RetryPolicy
+    from lmsat.checkpoints.fetch import RetryPolicy
 
     calls = flaky_hub(monkeypatch, fail_at=3, error=ConnectionError("connection reset by peer"))
     spec = corpus_spec(type="hf", path="some/corpus", split="train", streaming=True)
@@ -135,7 +135,7 @@ def test_hf_stream_permanent_fault_is_not_retried_and_names_the_corpus(monkeypat
 
 
 def test_hf_stream_gives_up_after_the_policy_s_tries_without_progress(monkeypatch):
-    from lmsat.fetch import RetryPolicy
+    from lmsat.checkpoints.fetch import RetryPolicy
 
     calls = flaky_hub(monkeypatch, fail_at=0, error=TimeoutError("read timed out"), broken_openings=9)
     spec = corpus_spec(type="hf", path="some/corpus", split="train", streaming=True)
@@ -146,12 +146,12 @@ def test_hf_stream_gives_up_after_the_policy_s_tries_without_progress(monkeypatc
 
 
 def test_the_size_of_a_text_s_sample_is_chosen_by_one_rule_and_what_cannot_be_drawn_is_named(tmp_path):
-    """lmsat.corpus.text_sample_size, the rule of `lmsat init`, `analyse --text` and the
+    """lmsat.data.corpus.text_sample_size, the rule of `lmsat init`, `analyse --text` and the
     training callback (issue 44, items 3, 4): sequences of the context (at most 2048; halved
     while the text gives fewer than 4), half the text's windows (at most 50,000 tokens); a
     size it cannot draw is named as the caller's user sets it, with the size it can. The
     chosen size is drawn for real by build_sample."""
-    from lmsat.corpus import SAMPLE_POOL_FACTOR, text_sample_size
+    from lmsat.data.corpus import SAMPLE_POOL_FACTOR, text_sample_size
 
     tokenizer = word_tokenizer(WORDS)
     rng = np.random.default_rng(0)

@@ -12,16 +12,18 @@ import pytest
 import torch
 from snakemake.iocontainers import Namedlist
 
-from lmsat.anisotropy import mean_pairwise_cosine_bruteforce
-from lmsat.attention import attention_lowrank
-from lmsat.cache import ExtractionSettings, extract_to_cache, open_cache
-from lmsat.config import ConfigError, ModelEntry, load_plan
-from lmsat.corpus import read_sample, write_sample
-from lmsat.degeneration import RECORD_KEYS, head_spectrum, read_attention, read_spectrum, valid_head_rows, write_spectrum
+from lmsat.core.plan import ModelEntry
+from lmsat.data.corpus import read_sample, write_sample
+from lmsat.data.hidden_states import ExtractionSettings, extract_to_cache, open_cache
+from lmsat.degeneration.anisotropy import mean_pairwise_cosine_bruteforce
+from lmsat.degeneration.attention import attention_lowrank
+from lmsat.degeneration.spectra import matrix_sha256, singular_entropy
+from lmsat.degeneration.weight_files import RECORD_KEYS, head_spectrum, read_attention, read_spectrum, valid_head_rows, write_spectrum
+from lmsat.errors import ConfigError
 from lmsat.figures import degeneration as figures
-from lmsat.metrics import METRICS
-from lmsat.spectra import matrix_sha256, singular_entropy
-from lmsat.tables import IDENTICAL_COLUMNS, anisotropy_tables, attention_table, spectra_tables
+from lmsat.planning.load import load_plan
+from lmsat.products.degeneration_tables import IDENTICAL_COLUMNS, anisotropy_tables, attention_table, spectra_tables
+from lmsat.products.metrics import METRICS
 
 from conftest import SCHEMA, script, word_tokenizer
 
@@ -257,7 +259,7 @@ def test_a_file_copied_from_another_revision_is_refused_naming_both(checkpoints,
     step400 twice, no step800, is_final moved, identical_weights empty (issue 13)."""
     import shutil
 
-    from lmsat.io import IdentityError
+    from lmsat.core.io import IdentityError
 
     files, _, _ = checkpoints
     for kind, (read, index, table) in {

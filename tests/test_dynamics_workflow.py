@@ -12,14 +12,14 @@ import pytest
 import torch
 from snakemake.iocontainers import Namedlist
 
-from lmsat.cache import CacheError, ExtractionSettings, extract_to_cache, open_cache
-from lmsat.config import ModelEntry
-from lmsat.corpus import read_sample, write_sample
+from lmsat.checkpoints.loading import ModelLoadError
+from lmsat.core.plan import ModelEntry
+from lmsat.data.corpus import read_sample, write_sample
+from lmsat.data.hidden_states import CacheError, ExtractionSettings, extract_to_cache, open_cache
+from lmsat.degeneration.similarity import linear_cka
+from lmsat.degeneration.weight_diagnostics import HEAD, matrix_diagnostics, read_diagnostics
 from lmsat.figures import FIGURES
-from lmsat.metrics import METRICS
-from lmsat.models import ModelLoadError
-from lmsat.similarity import linear_cka
-from lmsat.weight_diagnostics import HEAD, matrix_diagnostics, read_diagnostics
+from lmsat.products.metrics import METRICS
 
 from conftest import script, word_tokenizer
 from test_figure_legibility import assert_no_overlap
@@ -146,7 +146,7 @@ def test_broken_weights_stop_the_job_naming_the_tensor_before_any_output(tiny_ne
         broken.gpt_neox.layers[1].attention.dense.weight[4, 2] = float("nan")
     (tmp_path / "models").mkdir()
     word_tokenizer(WORDS).save_pretrained(str(tmp_path / "models" / "tokenizer"))
-    # the loader refuses it first (lmsat.checkpoints); weight_diagnostics names a matrix with NaN of a model
+    # the loader refuses it first (lmsat.checkpoints.validation); weight_diagnostics names a matrix with NaN of a model
     # handed to it in memory (the callback), tests/test_weight_diagnostics.py
     with pytest.raises(ModelLoadError, match=r"at revision step5: tensor gpt_neox.layers.1.attention.dense.weight "
                                               r"\(16, 16\) holds 1 NaN/Inf .*first at index \(4, 2\).*Fix"):
@@ -170,8 +170,10 @@ def test_a_reference_cache_of_other_tokens_is_a_named_error(run, tiny_neox, tmp_
 def test_the_callback_watches_the_weight_diagnostics_when_asked(run, tmp_path):
     """lmsat.monitor with metrics=(..., "weight_diagnostics"): the same numbers as the
     checkpoint job's file, logged as scalars, written in the run's layout and tabulated."""
-    from lmsat.callbacks import MonitorError, monitor, scalars, write_evaluation, write_tables
-    from lmsat.tables import read_table
+    from lmsat.errors import MonitorError
+    from lmsat.products.table_files import read_table
+    from lmsat.standalone.callback_files import write_evaluation, write_tables
+    from lmsat.standalone.monitor import monitor, scalars
 
     out, root, models, _ = run
     model = copy.deepcopy(models["step9"]).train()
@@ -183,7 +185,7 @@ def test_the_callback_watches_the_weight_diagnostics_when_asked(run, tmp_path):
     assert record["weight_diagnostics"]["head_alpha"] == stored["alpha"][-1]
     logged = scalars(record)
     assert logged["lmsat/head_alpha"] == stored["alpha"][-1] and "lmsat/median_mp_softrank" in logged
-    from lmsat.callbacks import Sample
+    from lmsat.standalone.monitor import Sample
 
     identity = dict(suite="tiny", model="tiny", revision="step9", step=9, tokens=90)
     write_evaluation(tmp_path, record, identity, Sample(*read_sample(root / "sample.h5")))
@@ -197,7 +199,7 @@ def test_the_callback_watches_the_weight_diagnostics_when_asked(run, tmp_path):
 def test_the_summary_gives_the_head_and_last_layer_at_the_best_and_final_checkpoints(run):
     import pandas as pd
 
-    from lmsat.report import COMPARISON_COLUMNS, dynamics_rows, summary_page
+    from lmsat.products.report import COMPARISON_COLUMNS, dynamics_rows, summary_page
 
     out, _, _, records = run
     files = sorted(str(p) for p in (out / "weight_diagnostics" / "tiny").glob("*.h5"))
@@ -226,7 +228,7 @@ def test_a_layer_sample_too_small_to_compare_is_refused_at_planning(default_conf
 
     config = dict(default_config, extraction=dict(default_config["extraction"], layer_sample=3))
     plan_refused(config, "extraction.layer_sample", "representation_similarity", "at least 4")
-    from lmsat.config import load_plan
+    from lmsat.planning.load import load_plan
 
     from conftest import SCHEMA
 

@@ -1,4 +1,4 @@
-"""lm-eval wrapper, offline tasks and Table 1 (lmsat.evaluation), on a tiny saved GPT-NeoX."""
+"""lm-eval wrapper, offline tasks and Table 1 (lmsat.saturation.downstream), on a tiny saved GPT-NeoX."""
 
 import csv
 import json
@@ -16,7 +16,9 @@ from tokenizers.models import WordLevel
 from tokenizers.pre_tokenizers import WhitespaceSplit
 from transformers import GPTNeoXConfig, GPTNeoXForCausalLM, PreTrainedTokenizerFast
 
-from lmsat.evaluation import (
+from lmsat.products.saturation_tables import make_table1
+from lmsat.products.table_files import read_table, table_to_latex, table_to_markdown, write_csv, write_table
+from lmsat.saturation.downstream import (
     METRICS,
     STORYCLOZE_2016_FILES,
     ManualDownloadRequired,
@@ -26,7 +28,6 @@ from lmsat.evaluation import (
     write_offline_tasks,
     write_storycloze_task,
 )
-from lmsat.tables import make_table1, read_table, table_to_latex, table_to_markdown, write_csv, write_table
 
 EOS = "<|endoftext|>"
 WORDS = [f"w{i}" for i in range(24)]
@@ -262,7 +263,7 @@ def test_make_table1_rejects_unregistered_task_and_bad_record():
 def test_a_request_that_encodes_to_no_tokens_is_a_named_error(tiny_model_dir, tmp_path, context, continuation_words):
     """lm-eval would stop on a bare AssertionError (an empty context, or a choice that encodes
     to nothing); the error names the tasks, their data files, the text and the fix."""
-    from lmsat.evaluation import EmptyRequestError
+    from lmsat.saturation.downstream import EmptyRequestError
 
     torch.set_num_threads(1)
     task_dir = tmp_path / "tasks"

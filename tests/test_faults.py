@@ -43,10 +43,8 @@ import pytest
 import torch
 import yaml
 
-from lmsat import hub
-from lmsat.config import ConfigError, ModelEntry, config_sha256, load_plan, load_yaml, result_config
-from lmsat.corpus import CorpusError, build_sample
-from lmsat.fetch import (
+from lmsat.checkpoints import local_hub as hub
+from lmsat.checkpoints.fetch import (
     FetchError,
     RetryPolicy,
     allow_patterns,
@@ -58,9 +56,14 @@ from lmsat.fetch import (
     wait_for_space,
     with_backoff,
 )
-from lmsat.fingerprint import FETCHED_MARKER
-from lmsat.io import setup_logging
-from lmsat.models import ModelLoadError, load_causal_lm
+from lmsat.checkpoints.loading import ModelLoadError, load_causal_lm
+from lmsat.core.fingerprint import FETCHED_MARKER
+from lmsat.core.io import setup_logging
+from lmsat.core.plan import ModelEntry
+from lmsat.data.corpus import CorpusError, build_sample
+from lmsat.errors import ConfigError
+from lmsat.planning.config_files import config_sha256, load_yaml, result_config
+from lmsat.planning.load import load_plan
 
 from conftest import ROOT, SCHEMA, small_toy_config, word_tokenizer
 from test_cache import read_all  # the child jobs below import its IDENTITY and SETTINGS too
@@ -114,7 +117,7 @@ def stage_mirror(workdir):
                            intermediate_size=32, max_position_embeddings=64, tie_word_embeddings=False)
     cache = workdir / entry().cache_dir(MIRROR_REVISION)
     hub.publish_revision(GPTNeoXForCausalLM(config), None, cache, MIRROR_ID, MIRROR_REVISION)
-    # marked as lmsat.fetch.fetch_checkpoint marks its downloads: these runs treat it as
+    # marked as lmsat.checkpoints.fetch.fetch_checkpoint marks its downloads: these runs treat it as
     # fetched (deleted after use); one staged by hand is tracked and kept (tests/test_runs.py)
     (cache / FETCHED_MARKER).write_text(json.dumps(dict(model="mirror", id=MIRROR_ID, revision=MIRROR_REVISION)))
     return cache
@@ -338,7 +341,7 @@ KILLED_EXTRACTION = """
 import logging, sys, time
 import numpy as np, torch
 from transformers import GPTNeoXForCausalLM
-from lmsat.cache import extract_to_cache
+from lmsat.data.hidden_states import extract_to_cache
 from test_cache import IDENTITY, SETTINGS
 
 logging.basicConfig(level=logging.INFO)
@@ -394,7 +397,8 @@ def test_sigkilled_extraction_resumes_to_the_same_bytes(tiny_neox, tmp_path):
 KILLED_TRAINING = """
 import json, sys, time
 import torch
-from lmsat.heads import ShardedRepresentations, train_head
+from lmsat.bottleneck.rank_heads import train_head
+from lmsat.bottleneck.representation_cache import ShardedRepresentations
 from test_heads import D, V, _cfg
 
 torch.set_num_threads(1)

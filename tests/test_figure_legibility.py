@@ -155,7 +155,7 @@ def test_the_published_figures_keep_their_labels_off_the_data_and_the_ticks():
     "160m +15.1%" across the law's curve (issue 44)."""
     import yaml
 
-    from lmsat.published_record import tables
+    from lmsat.products.published_run import tables
 
     from conftest import ROOT
 

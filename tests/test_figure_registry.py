@@ -24,10 +24,10 @@ def test_every_figure_has_its_caption_and_a_real_draw_function():
 
 
 def test_the_registries_import_without_matplotlib_scipy_or_torch():
-    """The workflow imports lmsat.metrics (with lmsat.tables) and every figure module at DAG
+    """The workflow imports lmsat.products.metrics (with the lmsat.products.*_tables modules) and every figure module at DAG
     time, in every planning process: matplotlib and scipy take a good part of a second each."""
     code = (
-        "import sys, lmsat.metrics, lmsat.figures; "
+        "import sys, lmsat.products.metrics, lmsat.figures; "
         "print(sorted(m for m in ('matplotlib', 'scipy', 'torch') if m in sys.modules))"
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}

@@ -26,7 +26,7 @@ from lmsat.figures.degeneration import (
 from lmsat.figures.saturation import LOSS_CAP_PERCENTILE, plot_loss_curves, plot_scaling_fit, shortfall_labels
 from lmsat.figures.style import in_table_order, panel_grid, plt, save_figure
 
-# By size (lmsat.config.by_size: suite by suite, smallest first): neither by name nor by width.
+# By size (lmsat.planning.model_entries.by_size: suite by suite, smallest first): neither by name nor by width.
 BY_SIZE = ["toy-d16", "toy-d32", "toy-d128", "other-d8"]
 
 
@@ -426,7 +426,7 @@ def test_attention_figure_draws_the_head_medians_a_row_per_model_a_column_per_me
 
 # ------------------------------------------------------------------ Figs. 6-8, ground truth
 
-# By size across suites (lmsat.config.by_size: suite by suite), so not by width: d=64 before d=32.
+# By size across suites (lmsat.planning.model_entries.by_size: suite by suite), so not by width: d=64 before d=32.
 HEAD_MODELS = (("toy-d64", 64), ("other-d32", 32))
 
 
@@ -526,7 +526,7 @@ def test_ground_truth_draws_the_samples_the_truth_and_the_heads_against_the_entr
 
 
 def test_loss_table_rows_follow_the_plan_order():
-    from lmsat.tables import loss_table
+    from lmsat.products.saturation_tables import loss_table
 
     records = [dict(suite="toy", model=m, revision=f"step{s}", step=s, tokens=s, loss=1.0 + s, loss_sem=0.0)
                for m in ("toy-d128", "toy-d16", "toy-d32") for s in (1, 0)]

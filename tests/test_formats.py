@@ -1,5 +1,5 @@
 """Checkpoints in formats transformers has no class for (hf_olmo: OLMo 1, DataDecide; pico_decoder:
-Pico), converted at load time (lmsat.formats) through the job's loader (lmsat.models.load_causal_lm).
+Pico), converted at load time (lmsat.checkpoints.formats) through the job's loader (lmsat.checkpoints.loading.load_causal_lm).
 
 Each tiny checkpoint is written here as its suite writes it (config.json with the fields ai2-olmo
 0.6.0 or pico-train save, safetensors under the original tensor names), without their code: the
@@ -20,10 +20,10 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from lmsat import formats
-from lmsat.analysis import analyse_checkpoint, checkpoint_entry
+from lmsat.checkpoints import formats
+from lmsat.checkpoints.loading import load_causal_lm
 from lmsat.errors import FetchError, ModelLoadError
-from lmsat.models import load_causal_lm
+from lmsat.standalone.analyse import analyse_checkpoint, checkpoint_entry
 
 V, SEQ = 48, 12
 
@@ -260,10 +260,10 @@ def test_the_loader_converts_each_format_to_a_model_of_the_same_maths(variant, c
 
 
 def test_the_converted_heads_are_the_stored_weights_and_pico_s_qk_forms_survive_the_row_permutation(checkpoints):
-    """lmsat.adapters on a converted model: the LM head is the stored head; per head, q[h]^T k[h]
+    """lmsat.checkpoints.adapters on a converted model: the LM head is the stored head; per head, q[h]^T k[h]
     (what the attention metrics decompose) equals the original projections' own, although
     Pico's q and k rows were reordered for rotate-half RoPE."""
-    from lmsat.adapters import attention_heads, lm_head_matrix
+    from lmsat.checkpoints.adapters import attention_heads, lm_head_matrix
 
     directory, config, tensors = checkpoints["pico"]
     lm = load_causal_lm(checkpoint_entry(directory), directory.name, dtype="float64")
@@ -284,12 +284,12 @@ def test_the_converted_heads_are_the_stored_weights_and_pico_s_qk_forms_survive_
 
 @pytest.mark.parametrize("variant", ["datadecide", "pico"])
 def test_the_pipeline_s_per_checkpoint_metrics_run_on_converted_checkpoints(variant, checkpoints):
-    """Every registered metric (lmsat.metrics), through the workflow's own functions (lmsat.analysis)."""
-    from lmsat.metrics import METRICS
+    """Every registered metric (lmsat.products.metrics), through the workflow's own functions (lmsat.standalone.analyse)."""
+    from lmsat.products.metrics import METRICS
 
     directory, _, _ = checkpoints[variant]
     tokens = np.asarray(torch.randint(0, V - 3, (8, 16), generator=torch.Generator().manual_seed(3)), dtype=np.int32)
-    from lmsat.corpus import tokens_sha256
+    from lmsat.data.corpus import tokens_sha256
 
     report = analyse_checkpoint(directory, tokens, {"sha256": tokens_sha256(tokens), "tokenizer": "none"})
     assert set(report) == {name for name, metric in METRICS.items() if metric.reads != "cache_pairs"}  # of one checkpoint
@@ -333,7 +333,7 @@ def test_a_config_json_field_the_conversion_does_not_map_is_refused_by_name(fmt,
 
 
 def test_the_context_of_each_format_is_read_before_any_forward():
-    from lmsat.models import context_length
+    from lmsat.checkpoints.loading import context_length
 
     assert context_length(OLMO_FIELDS) == ("max_sequence_length", 64)
     assert context_length(PICO_FIELDS) == ("max_seq_len", 64)
@@ -371,7 +371,7 @@ def test_an_unsupported_checkpoint_is_refused_before_its_weights_are_fetched(tmp
     hf_olmo config.json with ALiBi is refused naming `alibi`, not for its missing weights."""
     from huggingface_hub import constants
 
-    from lmsat.fetch import fetch_checkpoint
+    from lmsat.checkpoints.fetch import fetch_checkpoint
 
     from test_faults import MIRROR_ID, MIRROR_REVISION, entry, stage_snapshot
 
@@ -388,7 +388,7 @@ def test_an_unsupported_checkpoint_is_refused_before_its_weights_are_fetched(tmp
 
 
 def test_parameters_of_a_converted_format_are_counted_from_the_converted_config(checkpoints):
-    from lmsat.scaling import config_parameter_counts, count_parameters
+    from lmsat.saturation.scaling import config_parameter_counts, count_parameters
 
     for variant in ("datadecide", "olmo1", "pico"):
         directory, _, tensors = checkpoints[variant]
@@ -406,7 +406,7 @@ def test_a_hub_checkpoint_in_its_fetched_cache_is_converted_as_the_workflow_load
 
     from huggingface_hub import constants
 
-    from lmsat.fetch import fetch_checkpoint
+    from lmsat.checkpoints.fetch import fetch_checkpoint
 
     from test_faults import MIRROR_ID, MIRROR_REVISION, entry, stage_snapshot
 

@@ -1,4 +1,4 @@
-"""The gradient bottleneck (lmsat.gradient_bottleneck, issue 41) against float64 brute force
+"""The gradient bottleneck (lmsat.bottleneck.gradient, issue 41) against float64 brute force
 with a full V x V projector: its known truths (a random direction keeps rank / V of its
 energy, a gradient in the head's column space all of it, one orthogonal to it none, a head
 with repeated or zero columns has the rank of its distinct columns), the table of the
@@ -18,8 +18,7 @@ import pytest
 import torch
 from snakemake.iocontainers import Namedlist
 
-from lmsat.corpus import tokens_sha256, write_sample
-from lmsat.gradient_bottleneck import (
+from lmsat.bottleneck.gradient import (
     CLASSES,
     GradientBottleneckError,
     frequent_ids,
@@ -31,8 +30,9 @@ from lmsat.gradient_bottleneck import (
     summarize,
     write_gradient_file,
 )
-from lmsat.metrics import METRICS, WeightsJob
-from lmsat.plan import ModelEntry
+from lmsat.core.plan import ModelEntry
+from lmsat.data.corpus import tokens_sha256, write_sample
+from lmsat.products.metrics import METRICS, WeightsJob
 
 from conftest import script
 
@@ -118,9 +118,9 @@ def test_frequent_ids_are_the_most_frequent_making_half_of_the_targets():
 
 
 def toy_checkpoint(root, steps=40):
-    """A toy-suite checkpoint (lmsat.toy: 514 tokenizer entries, a 520-row head, d = 16) trained
+    """A toy-suite checkpoint (lmsat.toy.suite: 514 tokenizer entries, a 520-row head, d = 16) trained
     `steps` AdamW steps on a noisy successor language, saved with its tokenizer."""
-    from lmsat.toy import ToyModelSpec, TrainSpec, build_tokenizer, train_toy_model
+    from lmsat.toy.suite import ToyModelSpec, TrainSpec, build_tokenizer, train_toy_model
 
     words = [f"w{i}" for i in range(512)]
     tokenizer = build_tokenizer(words, root / "tokenizer")
@@ -228,7 +228,7 @@ SHARE_TOL = 2e-6
 
 
 def test_the_table_equals_an_independent_float64_computation_from_the_model_s_own_forward(toy):
-    from lmsat.tables import GRADIENT_COLUMNS, gradient_from_files
+    from lmsat.products.bottleneck_tables import GRADIENT_COLUMNS, gradient_from_files
 
     table = gradient_from_files([toy["path"]], {}, ["toy-d16"])
     assert list(table.columns) == ["suite", "model", "revision", "step", "tokens", "is_final", *GRADIENT_COLUMNS]
@@ -250,8 +250,8 @@ def check_default_run(results) -> None:
     """The default run's table: a row per toy checkpoint, and at the first and last
     checkpoints of the narrowest and widest model the float64 computation from the model's
     own forward on the run's sample; its figure and summary line are there."""
-    from lmsat.corpus import read_sample
-    from lmsat.tables import read_table
+    from lmsat.data.corpus import read_sample
+    from lmsat.products.table_files import read_table
 
     table = read_table(results / "tables" / "gradient_bottleneck.csv")
     steps = [0, 1, 4, 16, 64, 200, 400, 600, 800]
@@ -282,7 +282,7 @@ def test_the_checkpoint_job_shares_one_gram_and_its_spectrum_is_unchanged(toy):
     of the head's tokenizer rows (514 of 520)."""
     from transformers import GPTNeoXForCausalLM
 
-    from lmsat.degeneration import read_spectrum
+    from lmsat.degeneration.weight_files import read_spectrum
 
     s, attrs = read_spectrum(toy["out"] / "spectra" / "toy-d16" / "step40.h5")
     head = GPTNeoXForCausalLM.from_pretrained(toy["checkpoint"]).get_output_embeddings().weight.detach().numpy()
@@ -293,8 +293,8 @@ def test_the_checkpoint_job_shares_one_gram_and_its_spectrum_is_unchanged(toy):
 
 
 def test_a_file_is_refused_when_edited_or_moved(toy, tmp_path):
-    from lmsat.integrity import IntegrityError
-    from lmsat.io import IdentityError
+    from lmsat.core.integrity import IntegrityError
+    from lmsat.core.io import IdentityError
 
     moved = tmp_path / "gradient_bottleneck" / "toy-d16" / "step8.h5"
     moved.parent.mkdir(parents=True)
@@ -327,7 +327,7 @@ def test_a_head_with_nan_is_refused_naming_the_checkpoint_and_row_before_the_for
     (tmp_path / "tokenizer").symlink_to(toy["root"] / "tokenizer")
     from lmsat.errors import ModelLoadError
 
-    # the checkpoint job: its loader refuses the file first (lmsat.checkpoints), naming the tensor
+    # the checkpoint job: its loader refuses the file first (lmsat.checkpoints.validation), naming the tensor
     with pytest.raises(ModelLoadError, match=r"at revision broken: tensor lm_head.weight \(520, 16\) holds 1 NaN.*\(17, 3\)"):
         checkpoint_job(tmp_path, "broken", tmp_path / "out", weight_metrics=("gradient_bottleneck",))
     assert not (tmp_path / "out" / "cache" / "broken.h5").exists()  # refused before the forward
@@ -384,7 +384,7 @@ def test_sample_ids_past_the_head_are_refused_by_name(tmp_path):
 def synthetic_table(tmp_path, models=(("toy-d16", 16, 0.5), ("toy-d128", 128, 0.65)), steps=(0, 16, 64, 800)):
     """gradient_bottleneck.csv from real files in the rule's layout: each model keeps about
     `final` x rank / V at its last step, rank / V at step 0."""
-    from lmsat.tables import gradient_from_files
+    from lmsat.products.bottleneck_tables import gradient_from_files
 
     rng = np.random.default_rng(9)
     files = []
@@ -449,7 +449,7 @@ def test_no_two_tick_labels_of_the_figure_overlap(tmp_path, n_checkpoints):
 
 
 def test_the_summary_line_names_the_models_that_lose_the_most_with_their_intervals():
-    from lmsat.report import gradient_fact
+    from lmsat.products.report import gradient_fact
 
     rows = [dict(model=m, is_final=True, energy_kept=k, energy_kept_sem=s, random_energy=r)
             for m, k, s, r in (("a", 0.0165, 0.0002, 0.031), ("b", 0.05, 0.001, 0.062), ("c", 0.157, 0.002, 0.246))]

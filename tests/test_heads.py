@@ -6,16 +6,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from lmsat.heads import (
-    HeadTrainConfig,
-    LowRankHead,
-    ShardedRepresentations,
-    _lr_factor,
-    chunked_cross_entropy,
-    full_head_eval,
-    train_head,
-)
-from lmsat.integrity import hdf5_checksums
+from lmsat.bottleneck.head_loss import LowRankHead, chunked_cross_entropy
+from lmsat.bottleneck.rank_heads import HeadTrainConfig, _lr_factor, full_head_eval, train_head
+from lmsat.bottleneck.representation_cache import ShardedRepresentations
+from lmsat.core.integrity import hdf5_checksums
 
 D, V = 16, 64
 
@@ -183,7 +177,7 @@ def test_rank_above_hidden_size_is_rejected():
 
 
 def test_lr_grid_and_schedule():
-    from lmsat.bottleneck import lr_grid
+    from lmsat.bottleneck.rank_grid import lr_grid
 
     assert lr_grid() == pytest.approx([1e-3, 1e-3 * 50 ** (1 / 3), 1e-3 * 50 ** (2 / 3), 5e-2])
     cfg = HeadTrainConfig(n_steps=200)  # 2 warmup steps

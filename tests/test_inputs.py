@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from lmsat import schedules
-from lmsat.config import PATH_NAME_PATTERN, ConfigError, check_path_name, load_plan, load_yaml
+from lmsat.core import schedules
+from lmsat.core.names import PATH_NAME_PATTERN, check_path_name
+from lmsat.errors import ConfigError
+from lmsat.planning.config_files import load_yaml
+from lmsat.planning.load import load_plan
 
 from conftest import SCHEMA, plan_refused
 
@@ -181,7 +184,8 @@ def no_configs(tmp_path) -> dict[str, tuple]:
 
 def test_a_file_that_is_no_config_is_named_with_its_problem(tmp_path):
     """`lmsat plan --configfile model.safetensors` gave a UnicodeDecodeError traceback."""
-    from lmsat.config import ConfigFileError, read_config_files
+    from lmsat.errors import ConfigFileError
+    from lmsat.planning.config_files import read_config_files
 
     schema = load_yaml(SCHEMA)
     for name, (problem, fix) in no_configs(tmp_path).items():
@@ -232,13 +236,13 @@ def text_corpus(files, **extra) -> dict:
 
 
 def read_all(spec):
-    from lmsat.corpus import iter_documents
+    from lmsat.data.corpus import iter_documents
 
     return list(iter_documents(spec, "mine"))
 
 
 def test_invalid_utf8_names_file_and_line(tmp_path):
-    from lmsat.corpus import CorpusError
+    from lmsat.data.corpus import CorpusError
 
     path = tmp_path / "latin1.txt"
     path.write_bytes("first line\nna\u00efve caf\u00e9\n".encode("latin-1"))
@@ -250,7 +254,7 @@ def test_invalid_utf8_names_file_and_line(tmp_path):
 def test_jsonl_text_that_is_not_a_string_names_file_and_line(tmp_path, value, kind):
     import json
 
-    from lmsat.corpus import CorpusError
+    from lmsat.data.corpus import CorpusError
 
     path = tmp_path / "d.jsonl"
     path.write_text(json.dumps({"text": "a b"}) + "\n\n" + json.dumps({"text": value}) + "\n")
@@ -264,7 +268,7 @@ def test_jsonl_text_that_is_not_a_string_names_file_and_line(tmp_path, value, ki
 def test_a_document_longer_than_the_limit_is_refused_without_reading_it_whole(tmp_path):
     import tracemalloc
 
-    from lmsat.corpus import CorpusError
+    from lmsat.data.corpus import CorpusError
 
     path = tmp_path / "long.txt"
     with open(path, "wb") as handle:
@@ -310,7 +314,7 @@ def tabulate_loss_job(tmp_path, paths):
 
 
 def test_a_metric_record_copied_from_another_revision_fails_its_table(tmp_path):
-    from lmsat.io import IdentityError, write_json
+    from lmsat.core.io import IdentityError, write_json
 
     from conftest import script
 
@@ -332,10 +336,10 @@ def test_a_metric_record_copied_from_another_revision_fails_its_table(tmp_path):
 def test_bottleneck_inputs_are_checked_against_their_paths(tmp_path):
     import numpy as np
 
-    from lmsat.bottleneck import lr_label
-    from lmsat.degeneration import write_spectrum
-    from lmsat.io import IdentityError, write_json
-    from lmsat.tables import read_head_inputs
+    from lmsat.bottleneck.rank_grid import lr_label
+    from lmsat.core.io import IdentityError, write_json
+    from lmsat.degeneration.weight_files import write_spectrum
+    from lmsat.products.bottleneck_tables import read_head_inputs
 
     def run(path, **fields):
         write_json(path, dict(dict(model="m", rank=4, peak_lr=0.001, eval_loss=3.0, eval_acc=0.1, train_loss=3.0),
@@ -404,8 +408,8 @@ def test_a_sample_longer_than_a_local_models_context_is_refused_at_planning(defa
 
 
 def test_the_job_refuses_a_sample_longer_than_the_loaded_checkpoints_context(tiny_neox):
-    from lmsat.config import ModelEntry, context_length
-    from lmsat.models import check_sequence_length
+    from lmsat.checkpoints.loading import check_sequence_length, context_length
+    from lmsat.core.plan import ModelEntry
 
     entry = ModelEntry(name="tiny", suite="s", source="hub", id="org/tiny", hidden_size=16, vocab_size=40, n_params=0,
                        tokenizer="w", tokens_per_step=1, revisions=("step1",), steps=(1,), allow_pickle=False,
@@ -427,8 +431,8 @@ def test_a_truncated_head_cache_shard_is_named_with_the_fix(tmp_path):
     import h5py
     import numpy as np
 
-    from lmsat.heads import ShardedRepresentations, ShardError
-    from lmsat.integrity import hdf5_checksums
+    from lmsat.bottleneck.representation_cache import ShardedRepresentations, ShardError
+    from lmsat.core.integrity import hdf5_checksums
 
     paths = []
     for i in range(2):
@@ -483,8 +487,8 @@ def tiny_disk(tmp_path):
 def test_a_full_disk_names_the_output_being_written(tiny_disk):
     import numpy as np
 
-    from lmsat.corpus import write_sample
-    from lmsat.io import DiskFullError, write_json
+    from lmsat.core.io import DiskFullError, write_json
+    from lmsat.data.corpus import write_sample
 
     sample = tiny_disk / "results/samples/pile/pythia.h5"  # h5py reports ENOSPC in its message only
     with pytest.raises(DiskFullError, match=rf"(?s)no space left on the disk of {sample} while writing it .*Fix: free space"):
@@ -584,13 +588,13 @@ def test_scripts_import_lmsat_from_the_workflows_own_src_first(tmp_path):
         body = ast.parse(path.read_text()).body
         first = next(node for node in body if isinstance(node, (ast.Import, ast.ImportFrom)))
         assert isinstance(first, ast.Import) and first.names[0].name == "_lmsat_src", f"{path.name}: import _lmsat_src first"
-    code = "import sys; sys.path.append(sys.argv[1]); import _lmsat_src, lmsat.io; print(lmsat.io.__file__)"
+    code = "import sys; sys.path.append(sys.argv[1]); import _lmsat_src, lmsat.core.io; print(lmsat.core.io.__file__)"
     env = {"PATH": "/usr/bin:/bin"}  # no PYTHONPATH
     result = subprocess.run([sys.executable, "-S", "-c", "import lmsat"], capture_output=True, text=True, env=env)
     assert result.returncode != 0  # without the shim it is not importable here
     result = subprocess.run([sys.executable, "-S", "-c", code, str(scripts)], capture_output=True, text=True, env=env)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == str(ROOT / "src" / "lmsat" / "io.py")  # lmsat.io needs only the stdlib
+    assert result.stdout.strip() == str(ROOT / "src" / "lmsat" / "io.py")  # lmsat.core.io needs only the stdlib
 
     # Another checkout's lmsat ahead on sys.path (an editable install of it), and this src/
     # appended behind it, as Snakemake's script preamble does: the shim still wins.
@@ -599,7 +603,7 @@ def test_scripts_import_lmsat_from_the_workflows_own_src_first(tmp_path):
     (other / "__init__.py").write_text("raise ImportError('the other checkout')\n")
     code = (
         "import sys; sys.path[:0] = [sys.argv[2]]; sys.path += [sys.argv[1], sys.argv[3]]; "
-        "import _lmsat_src, lmsat.io; print(lmsat.io.__file__)"
+        "import _lmsat_src, lmsat.core.io; print(lmsat.core.io.__file__)"
     )
     result = subprocess.run(
         [sys.executable, "-S", "-c", code, str(scripts), str(other.parent), str(ROOT / "src")],
@@ -632,7 +636,7 @@ def test_pytest_imports_this_checkouts_lmsat_before_any_other(tmp_path):
 
 
 def test_a_parameter_count_copied_from_another_model_is_refused(tmp_path):
-    from lmsat.io import IdentityError, read_record, write_json
+    from lmsat.core.io import IdentityError, read_record, write_json
 
     counts = tmp_path / "params" / "pythia-160m.json"
     write_json(counts, dict(model="pythia-70m", id="EleutherAI/pythia-70m", non_embedding=1, total=2))
@@ -646,7 +650,7 @@ def test_a_parameter_count_copied_from_another_model_is_refused(tmp_path):
 def test_hub_dataset_rows_with_a_non_string_or_over_long_text_are_named(tmp_path, monkeypatch):
     import json
 
-    from lmsat.corpus import CorpusError
+    from lmsat.data.corpus import CorpusError
 
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     data = tmp_path / "rows.jsonl"
@@ -663,8 +667,8 @@ def test_hub_dataset_rows_with_a_non_string_or_over_long_text_are_named(tmp_path
 
 
 def test_a_download_that_fills_the_disk_names_the_checkpoints_directory(tiny_disk):
-    from lmsat.config import ModelEntry
-    from lmsat.fetch import RetryPolicy, _fix, is_transient
+    from lmsat.checkpoints.fetch import RetryPolicy, _fix, is_transient
+    from lmsat.core.plan import ModelEntry
 
     cache_dir = tiny_disk / "results/weights/m/step1"
     cache_dir.mkdir(parents=True)

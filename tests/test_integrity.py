@@ -32,12 +32,9 @@ import pandas as pd
 import pytest
 import yaml
 
-import lmsat.cache as cache_module
-from lmsat.cache import CacheChecksumError, CacheError, ExtractionSettings, extract_to_cache, open_cache
-from lmsat.config import ConfigError, load_plan
-from lmsat.degeneration import read_attention, read_spectrum
-from lmsat.heads import ShardedRepresentations
-from lmsat.integrity import (
+import lmsat.data.hidden_states as cache_module
+from lmsat.bottleneck.representation_cache import ShardedRepresentations
+from lmsat.core.integrity import (
     CHECKSUM_ATTR,
     TABLE_COLUMN,
     IntegrityError,
@@ -47,7 +44,13 @@ from lmsat.integrity import (
     verify_csv,
     with_record_checksum,
 )
-from lmsat.tables import loss_from_records, read_table, spectra_tables, write_csv
+from lmsat.data.hidden_states import CacheChecksumError, CacheError, ExtractionSettings, extract_to_cache, open_cache
+from lmsat.degeneration.weight_files import read_attention, read_spectrum
+from lmsat.errors import ConfigError
+from lmsat.planning.load import load_plan
+from lmsat.products.degeneration_tables import spectra_tables
+from lmsat.products.saturation_tables import loss_from_records
+from lmsat.products.table_files import read_table, write_csv
 
 from conftest import ROOT, SCHEMA, small_toy_config
 
@@ -423,9 +426,9 @@ def test_a_corpus_file_that_is_not_a_file_says_what_it_is(tmp_path, default_conf
 
 def test_a_head_run_with_an_accuracy_above_one_is_named(tmp_path):
     """A rank-head record (rule train_rank_head's layout and writer) with eval_acc 1.5."""
-    from lmsat.bottleneck import lr_label
-    from lmsat.io import write_json
-    from lmsat.tables import read_head_inputs
+    from lmsat.bottleneck.rank_grid import lr_label
+    from lmsat.core.io import write_json
+    from lmsat.products.bottleneck_tables import read_head_inputs
 
     path = tmp_path / RUN / "bottleneck" / "runs" / MODEL / "r1" / f"lr{lr_label(0.01)}.json"
     record = dict(model=MODEL, revision="step16", rank=1, peak_lr=0.01, eval_loss=3.2, eval_acc=1.5)

@@ -6,30 +6,31 @@ collected: top-level and nested in functions, classes, `try` or `if` (`import lm
 with a literal name, an f-string name such as f"lmsat.commands.{name}" (it may import any
 module of that package), and the names of the lazy public API (`lmsat.PUBLIC`). The test
 fails on an import cycle (printing it), on a private name (leading underscore) imported
-from another lmsat module, on an import from a higher layer, and on a module that LAYERS
-does not place (a new module must be given its layer here).
+from another lmsat module, on an import from a higher layer, and on a module that no
+folder (PACKAGE_LAYERS) or TOP_LEVEL entry places.
 
-A package's `__init__` runs whenever one of its submodules is imported, so that is not an
-edge of the graph; instead a package `__init__` may import no lmsat module at its top level
-(lmsat and lmsat.commands import theirs when a function runs; lmsat.figures, the figure
-registry, imports its modules so that each registers its figures: REGISTERS_ITS_MODULES).
+A module's layer is its folder's: the layers are the subpackages of src/lmsat
+(docs/layout.md draws the tree). A package's `__init__` runs whenever one of its
+submodules is imported, so that is not an edge of the graph; instead a package `__init__`
+may import no lmsat module at its top level but lmsat.compat (the old module paths, a leaf
+that imports nothing of lmsat until an old path is used); lmsat.figures, the figure
+registry, imports its modules so that each registers its figures (REGISTERS_ITS_MODULES).
 
 The layers, bottom to top (lmsat/__init__.py's docstring says the same). A module imports
 only from its own layer or below, and the graph has no cycle, so within a layer too the
 imports form a strict order:
 
-0 leaves: exceptions (errors), retry with backoff (retry), plan types (plan: ModelEntry,
-  Plan), path-name checks (names), file writing and records (io, integrity), progress logs,
-  weights fingerprints, revision schedules, offline switches, the lm-eval task templates.
-1 data access: the hub cache, checkpoints and models (and the formats converted at load),
-  downloads (fetch), corpora with their staged reader, the representation cache, run
-  folders, architecture adapters, published reference data.
-2 compute: the maths of every analysis (anisotropy, spectra, attention, degeneration,
-  heads and their cache, n-grams, W-error, scaling, lm-eval, the bottleneck grid, the
-  synthetic language and its toy models).
-3 registries: per-checkpoint metrics, tables, figures (and their plot modules), report pages.
-4 orchestration: config loading and planning, staging, the one-checkpoint analysis, the
-  command line and its commands, the lazy public API.
+0 leaves: core/ (plan types, path names, schedules, records and checksums, fingerprints,
+  retries, lazy imports), runtime/ (offline switches, the warm interpreter, progress logs),
+  tasks/ (lm-eval templates), errors, compat.
+1 data access: checkpoints/ (where each family keeps its weights, formats, fetch, pins,
+  the local hub, checks and loading), data/ (corpora and samples, the hidden-state cache,
+  published evaluations).
+2 compute: saturation/, degeneration/, bottleneck/ (the maths of each part of the paper),
+  toy/ (the synthetic language and its tiny models).
+3 registries: products/ (metrics, tables, report pages, the published run), figures/.
+4 orchestration: planning/ (config to plan), standalone/ (analyse, monitor, the Trainer
+  callback), commands/, the command line and the lazy public API.
 """
 
 from __future__ import annotations
@@ -45,70 +46,27 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 LEAF, DATA, COMPUTE, REGISTRY, ORCHESTRATION = range(5)
 LAYER_NAMES = ("leaf", "data access", "compute", "registry", "orchestration")
 
-LAYERS = {
-    # 0 leaves: import nothing of lmsat but other leaves
-    "lmsat.errors": LEAF,
-    "lmsat.retry": LEAF,
-    "lmsat.plan": LEAF,
-    "lmsat.names": LEAF,
-    "lmsat.io": LEAF,
-    "lmsat.integrity": LEAF,
-    "lmsat.progress": LEAF,
-    "lmsat.fingerprint": LEAF,
-    "lmsat.schedules": LEAF,
-    "lmsat.offline": LEAF,
-    "lmsat.lazy": LEAF,
+# a folder of src/lmsat -> the layer of its package and of every module in it
+PACKAGE_LAYERS = {
+    "lmsat.core": LEAF,
+    "lmsat.runtime": LEAF,
     "lmsat.tasks": LEAF,
-    "lmsat.warm": LEAF,
-    "lmsat.warm_start": LEAF,
-    # 1 data access: files, caches, the hub
-    "lmsat.hub": DATA,
     "lmsat.checkpoints": DATA,
-    "lmsat.fetch": DATA,
-    "lmsat.models": DATA,
-    "lmsat.corpus": DATA,
-    "lmsat.cache": DATA,
-    "lmsat.rundir": DATA,
-    "lmsat.adapters": DATA,
-    "lmsat.published": DATA,
-    "lmsat.pins": DATA,
-    "lmsat.formats": DATA,
-    # 2 compute: the analyses' maths
-    "lmsat.anisotropy": COMPUTE,
-    "lmsat.spectra": COMPUTE,
-    "lmsat.attention": COMPUTE,
+    "lmsat.data": DATA,
+    "lmsat.saturation": COMPUTE,
     "lmsat.degeneration": COMPUTE,
-    "lmsat.heads": COMPUTE,
-    "lmsat.headcache": COMPUTE,
-    "lmsat.ngrams": COMPUTE,
-    "lmsat.werror": COMPUTE,
-    "lmsat.ngram_werror": COMPUTE,
-    "lmsat.scaling": COMPUTE,
-    "lmsat.evaluation": COMPUTE,
     "lmsat.bottleneck": COMPUTE,
-    "lmsat.synthetic": COMPUTE,
     "lmsat.toy": COMPUTE,
-    "lmsat.verdict": COMPUTE,
-    "lmsat.similarity": COMPUTE,  # representation similarity across checkpoints (CKA, SVCCA, PWCCA)
-    "lmsat.weight_diagnostics": COMPUTE,  # WeightWatcher's and pico-analyze's per-layer weight measures
-    "lmsat.gradient_bottleneck": COMPUTE,
-    # 3 registries: products by name
-    "lmsat.metrics": REGISTRY,
-    "lmsat.tables": REGISTRY,
-    "lmsat.report": REGISTRY,
-    "lmsat.published_record": REGISTRY,  # the published record's tables (tables, report, verdict)
-    "lmsat.figures": REGISTRY,  # and every module in it (PACKAGE_LAYERS)
-    # 4 orchestration: planning and entry points
-    "lmsat.config": ORCHESTRATION,
-    "lmsat.staging": ORCHESTRATION,
-    "lmsat.analysis": ORCHESTRATION,
-    "lmsat.callbacks": ORCHESTRATION,
-    "lmsat.schema_doc": ORCHESTRATION,
+    "lmsat.products": REGISTRY,
+    "lmsat.figures": REGISTRY,
+    "lmsat.planning": ORCHESTRATION,
+    "lmsat.standalone": ORCHESTRATION,
     "lmsat.commands": ORCHESTRATION,
-    "lmsat.commands.init": ORCHESTRATION,
-    "lmsat.commands.plan": ORCHESTRATION,
-    "lmsat.commands.analyse": ORCHESTRATION,
-    "lmsat.commands.pin": ORCHESTRATION,
+}
+# the few modules at the top of src/lmsat
+TOP_LEVEL = {
+    "lmsat.errors": LEAF,
+    "lmsat.compat": LEAF,
     "lmsat.cli": ORCHESTRATION,
     "lmsat.__main__": ORCHESTRATION,
     "lmsat": ORCHESTRATION,
@@ -127,13 +85,16 @@ def library_modules() -> dict[str, Path]:
 
 
 MODULES = library_modules()
-# Packages whose every module shares the package's layer: a figure module is an entry of the
-# figure registry, so adding a figure (its module and caption) touches no list here.
-PACKAGE_LAYERS = {"lmsat.figures": REGISTRY}
-PLACED = {
-    **{module: layer for package, layer in PACKAGE_LAYERS.items() for module in MODULES if module.startswith(package + ".")},
-    **LAYERS,
-}
+
+
+def layer_of(module: str) -> int | None:
+    if module in TOP_LEVEL:
+        return TOP_LEVEL[module]
+    package = ".".join(module.split(".")[:2])
+    return PACKAGE_LAYERS.get(package)
+
+
+PLACED = {module: layer_of(module) for module in MODULES if layer_of(module) is not None}
 
 
 def is_package(module: str) -> bool:
@@ -177,7 +138,7 @@ def imports_of(module: str) -> list[Import]:
             target = resolved(module, node.level, node.module)
             names = tuple(alias.name for alias in node.names)
             submodules = [n for n in names if f"{target}.{n}" in MODULES]
-            for name in submodules:  # `from lmsat import hub`: the module lmsat.hub
+            for name in submodules:  # `from lmsat import hub`: the module lmsat.checkpoints.local_hub
                 add(f"{target}.{name}", (), node)
             if len(submodules) < len(names):
                 add(target, tuple(n for n in names if n not in submodules), node)
@@ -237,13 +198,13 @@ def find_cycle(graph: dict[str, list[Import]]) -> list[Import] | None:
 
 
 def test_every_module_is_found():
-    for module in ("lmsat", "lmsat.config", "lmsat.figures", "lmsat.figures.style", "lmsat.commands.plan"):
+    for module in ("lmsat", "lmsat.planning.load", "lmsat.figures", "lmsat.figures.style", "lmsat.commands.plan"):
         assert module in MODULES
     graph = import_graph()
     # nested, relative-free and dynamic imports are all seen
     assert any(e.target == "lmsat.commands.plan" for e in graph["lmsat.cli"])  # import_module(f"...")
-    assert any(e.target == "lmsat.hub" and not e.top_level for e in graph["lmsat.checkpoints"])
-    assert any(e.target == "lmsat.analysis" for e in graph["lmsat"])  # lmsat.PUBLIC
+    assert any(e.target == "lmsat.checkpoints.local_hub" and not e.top_level for e in graph["lmsat.checkpoints.validation"])
+    assert any(e.target == "lmsat.standalone.analyse" for e in graph["lmsat"])  # lmsat.PUBLIC
 
 
 def test_the_walker_reads_every_kind_of_import(tmp_path, monkeypatch):
@@ -288,11 +249,21 @@ def test_no_private_name_crosses_a_module():
     assert not crossing, "private names imported from another module:\n  " + "\n  ".join(map(repr, crossing))
 
 
-def test_every_module_has_a_layer():
+def test_every_module_has_a_layer_and_every_folder_is_a_layer():
     unplaced = sorted(set(MODULES) - set(PLACED))
-    assert not unplaced, f"modules without a layer: {unplaced}; place each in tests/test_layers.py LAYERS"
-    gone = sorted(set(LAYERS) - set(MODULES))
-    assert not gone, f"LAYERS names modules that do not exist: {gone}"
+    assert not unplaced, f"modules without a layer: {unplaced}; put each in a folder of PACKAGE_LAYERS"
+    folders = {p.parent.name for p in (SRC / "lmsat").glob("*/__init__.py")}
+    assert {f"lmsat.{f}" for f in folders} == set(PACKAGE_LAYERS), "a folder of src/lmsat without a layer, or a gone one"
+    gone = sorted(set(TOP_LEVEL) - set(MODULES))
+    assert not gone, f"TOP_LEVEL names modules that do not exist: {gone}"
+
+
+def test_few_modules_at_the_top_and_none_over_600_lines():
+    """Issue 40: the tree shows the layers; a module long enough to hold two roles is split."""
+    top = [p for p in (SRC / "lmsat").glob("*.py")]
+    assert len(top) <= 14, sorted(p.name for p in top)
+    long = {name: n for name, path in MODULES.items() if (n := len(path.read_text().splitlines())) > 600}
+    assert not long, f"modules over 600 lines: {long}"
 
 
 def test_imports_go_down():
@@ -319,7 +290,7 @@ def test_packages_import_nothing_at_import_time():
         for module in MODULES
         if is_package(module) and module not in REGISTERS_ITS_MODULES
         for edge in imports_of(module)
-        if edge.top_level
+        if edge.top_level and edge.target != "lmsat.compat"
     ]
     assert not eager, "package __init__ importing lmsat modules at import time:\n  " + "\n  ".join(map(repr, eager))
 

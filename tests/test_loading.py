@@ -35,12 +35,13 @@ import torch
 from safetensors.torch import load_file, save_file
 from snakemake.iocontainers import Namedlist
 
-from lmsat import hub
-from lmsat.config import ModelEntry, load_plan
-from lmsat.corpus import write_sample
-from lmsat.io import setup_logging
-from lmsat.metrics import METRICS, WeightsJob
-from lmsat.models import ModelLoadError, check_token_ids, load_causal_lm
+from lmsat.checkpoints import local_hub as hub
+from lmsat.checkpoints.loading import ModelLoadError, check_token_ids, load_causal_lm
+from lmsat.core.io import setup_logging
+from lmsat.core.plan import ModelEntry
+from lmsat.data.corpus import write_sample
+from lmsat.planning.load import load_plan
+from lmsat.products.metrics import METRICS, WeightsJob
 
 from conftest import SCHEMA, plan_refused, script
 
@@ -226,7 +227,7 @@ def test_a_tensor_stored_in_another_float_dtype_is_logged(saved, caplog):
     """Right shape, float16 in a float32 checkpoint: real releases mix dtypes (norms in
     float32), so it loads, and the load report in the job's log says which tensor."""
     edit_tensors(saved, lambda t: t.update({"embed_out.weight": t["embed_out.weight"].half()}))
-    with caplog.at_level("WARNING", logger="lmsat.checkpoints"):
+    with caplog.at_level("WARNING", logger="lmsat.checkpoints.validation"):
         load_causal_lm(entry(saved.parent), REVISION, dtype="auto")
     assert "stored in 2 dtypes (float16, float32)" in caplog.text
     assert "against 27 in float32: embed_out.weight (float16)" in caplog.text
@@ -241,7 +242,7 @@ def test_a_config_json_dtype_the_tensors_are_not_stored_in_is_logged(saved, capl
     """config.json says float16 over float32 tensors (configs often state the training
     dtype): it loads, and the job's log says so."""
     edit_config(saved, dtype="float16")
-    with caplog.at_level("WARNING", logger="lmsat.checkpoints"):
+    with caplog.at_level("WARNING", logger="lmsat.checkpoints.validation"):
         load_causal_lm(entry(saved.parent), REVISION, dtype="auto")
     assert "stored in float32, but its config.json states dtype float16" in caplog.text
 
@@ -350,7 +351,7 @@ def test_freshly_initialised_models_of_every_family_load(tmp_path, family, dtype
 
 def test_the_toy_suites_step0_checkpoint_loads(tmp_path):
     """The toy suite's step-0 checkpoint as rule train_toy_model builds and publishes it."""
-    from lmsat.toy import ToyModelSpec, build_model
+    from lmsat.toy.suite import ToyModelSpec, build_model
 
     model = build_model(ToyModelSpec(hidden_size=16, vocab_size=40, seq_len=16), seed=0)
     hub.publish_revision(model, None, tmp_path / "hub", "lmsat-toy/toy-d16", "step0")
@@ -563,9 +564,9 @@ def test_a_sample_of_two_sequences_is_planned(default_config):
 
 
 def test_table_1s_evaluation_refuses_a_checkpoint_that_does_not_match_its_config(saved, tmp_path):
-    """Rule evaluate_checkpoint loads through lm-eval's path (lmsat.evaluation.run_lmeval):
+    """Rule evaluate_checkpoint loads through lm-eval's path (lmsat.saturation.downstream.run_lmeval):
     a deleted tensor is refused there too, by name, before any task is scored."""
-    from lmsat.evaluation import run_lmeval, write_offline_tasks
+    from lmsat.saturation.downstream import run_lmeval, write_offline_tasks
 
     from conftest import word_tokenizer
 

@@ -7,8 +7,8 @@ import dataclasses
 import pytest
 import torch
 
-from lmsat.config import ModelEntry
-from lmsat.models import ModelLoadError, load_causal_lm
+from lmsat.checkpoints.loading import ModelLoadError, load_causal_lm
+from lmsat.core.plan import ModelEntry
 
 
 def entry(path, **kwargs):
@@ -82,8 +82,8 @@ def test_a_hub_tokenizer_is_retried_after_a_transient_fault(tmp_path, monkeypatc
     'hub id' is a saved tokenizer directory, which from_pretrained accepts as well)."""
     import transformers
 
-    from lmsat.fetch import RetryPolicy
-    from lmsat.models import load_tokenizer
+    from lmsat.checkpoints.fetch import RetryPolicy
+    from lmsat.checkpoints.loading import load_tokenizer
 
     from conftest import word_tokenizer
 

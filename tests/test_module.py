@@ -20,8 +20,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from lmsat.config import load_yaml
-from lmsat.schema_doc import SchemaDocError, config_readme
+from lmsat.planning.config_files import load_yaml
+from lmsat.planning.schema_doc import SchemaDocError, config_readme
 
 from conftest import ROOT, SCHEMA, small_toy_config
 
@@ -191,7 +191,7 @@ def test_a_deployed_module_runs_to_the_end_with_its_own_lmsat(tmp_path):
 
     own = subprocess.run(  # the hash of the module's own src/, computed away from any install
         [sys.executable, "-S", "-c", "import sys; sys.path.insert(0, sys.argv[1]); "
-         "from lmsat.io import source_sha256; print(source_sha256())", str(ROOT / "src")],
+         "from lmsat.core.io import source_sha256; print(source_sha256())", str(ROOT / "src")],
         capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"},
     )
     assert own.returncode == 0, own.stderr
@@ -205,11 +205,11 @@ def test_a_deployed_module_runs_to_the_end_with_its_own_lmsat(tmp_path):
 
 
 def test_config_readme_is_the_one_the_schema_generates():
-    """config/README.md is generated from the schema (python -m lmsat.schema_doc); a schema
+    """config/README.md is generated from the schema (python -m lmsat.planning.schema_doc); a schema
     edit without regenerating it fails here."""
     schema = load_yaml(SCHEMA)
     assert (ROOT / "config" / "README.md").read_text() == config_readme(schema), (
-        "config/README.md is stale: python -m lmsat.schema_doc workflow/schemas/config.schema.yaml > config/README.md"
+        "config/README.md is stale: python -m lmsat.planning.schema_doc workflow/schemas/config.schema.yaml > config/README.md"
     )
     readme = config_readme(schema)
     for key in schema["properties"]:

@@ -5,7 +5,7 @@ from collections import Counter, defaultdict
 import numpy as np
 import pytest
 
-from lmsat.ngrams import _tokens_per_word, context_matrix, count_ngrams
+from lmsat.bottleneck.ngrams import _tokens_per_word, context_matrix, count_ngrams
 
 
 def _brute_force_counts(stream, order):

@@ -24,10 +24,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from lmsat import hub
-from lmsat.corpus import CorpusError, build_token_pool, hf_documents, iter_documents, staged_documents
-from lmsat.models import load_tokenizer
-from lmsat.staging import READ_AHEAD_DOCUMENTS, StagingMissing, stage_corpus, stage_tokenizer
+from lmsat.checkpoints import local_hub as hub
+from lmsat.checkpoints.loading import load_tokenizer
+from lmsat.data.corpus import CorpusError, build_token_pool, hf_documents, iter_documents, staged_documents
+from lmsat.planning.staging import READ_AHEAD_DOCUMENTS, StagingMissing, stage_corpus, stage_tokenizer
 
 from conftest import ROOT, script, small_toy_config, word_tokenizer
 
@@ -114,7 +114,7 @@ def test_a_job_whose_staged_file_is_missing_fails_in_seconds_naming_it(tmp_path,
 
 
 def test_an_lmeval_task_is_staged_through_lmeval_into_the_staged_datasets_cache(tmp_path):
-    from lmsat.evaluation import write_offline_tasks
+    from lmsat.saturation.downstream import write_offline_tasks
 
     docs = [" ".join(WORDS[i : i + 5]) for i in range(40)]
     write_offline_tasks(tmp_path / "tasks", docs, n_docs=12, n_choices=3, seed=0)
@@ -124,7 +124,7 @@ def test_an_lmeval_task_is_staged_through_lmeval_into_the_staged_datasets_cache(
     header = task.read_text().splitlines()[0]  # lmsat's header: its relative data paths are resolved
     task.write_text(header + "\n" + yaml.safe_dump(spec, sort_keys=False))
     cache, manifest = tmp_path / "staged" / "datasets", tmp_path / "staged" / "lmeval" / "synthetic_ppl.json"
-    code = ("import sys; from lmsat.staging import stage_lmeval_task; "
+    code = ("import sys; from lmsat.planning.staging import stage_lmeval_task; "
             "stage_lmeval_task('synthetic_ppl', sys.argv[1], sys.argv[2], include_path=sys.argv[3])")
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "HF_DATASETS_CACHE": str(cache), "HF_DATASETS_OFFLINE": "1"}
     done = subprocess.run([sys.executable, "-c", code, str(cache), str(manifest), str(tmp_path / "tasks")], env=env,
@@ -150,13 +150,14 @@ def first_import(path):
 
 def test_every_script_but_the_staging_ones_goes_offline_before_any_other_import():
     scripts = sorted(p for p in (ROOT / "workflow" / "scripts").glob("*.py") if p.stem != "_lmsat_src")
-    offline = {p.stem for p in scripts if first_import(p) == "lmsat.offline"}
+    offline = {p.stem for p in scripts if first_import(p) == "lmsat.runtime.offline"}
     assert offline == {p.stem for p in scripts} - STAGING_SCRIPTS
     for name in STAGING_SCRIPTS:
-        assert "lmsat.offline" not in (ROOT / "workflow" / "scripts" / f"{name}.py").read_text()
+        assert "lmsat.runtime.offline" not in (ROOT / "workflow" / "scripts" / f"{name}.py").read_text()
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     env.pop("HF_HUB_OFFLINE", None)
-    code = "import lmsat.offline, huggingface_hub.constants as c, datasets.config as d; print(c.HF_HUB_OFFLINE, d.HF_DATASETS_OFFLINE)"
+    code = ("import lmsat.runtime.offline, huggingface_hub.constants as c, datasets.config as d; "
+            "print(c.HF_HUB_OFFLINE, d.HF_DATASETS_OFFLINE)")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     assert out.split() == ["True", "True"]
 
@@ -203,7 +204,7 @@ def run(workdir, config, *args, env, wrap=()):
     (workdir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     command = [*wrap, sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory", str(workdir),
                "--configfile", str(workdir / "config.yaml"), "--cores", "2", *args]
-    # HF_*_OFFLINE only where `env` sets them: compute jobs must set them themselves (lmsat.offline)
+    # HF_*_OFFLINE only where `env` sets them: compute jobs must set them themselves (lmsat.runtime.offline)
     base = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "HF_HOME")}
     base["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])
     return subprocess.run(command, env={**base, **env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

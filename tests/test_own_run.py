@@ -26,8 +26,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from lmsat import rundir
-from lmsat.config import ConfigError, load_plan, load_yaml
+from lmsat.checkpoints import trainer_runs as rundir
+from lmsat.errors import ConfigError
+from lmsat.planning.config_files import load_yaml
+from lmsat.planning.load import load_plan
 
 from conftest import ROOT, SCHEMA
 
@@ -203,7 +205,7 @@ def test_init_on_runs_of_two_widths_plans_a_scaling_fit(small_run, tmp_path):
 
 
 def scaling_counts(plan):
-    from lmsat.scaling import count_model_parameters
+    from lmsat.saturation.scaling import count_model_parameters
 
     return {name: count_model_parameters(m)["non_embedding"] for name, m in plan.models.items()}
 
@@ -422,7 +424,7 @@ def test_a_local_model_of_another_family_is_sized_and_its_metrics_planned_withou
     and the plan leaves the fit out with a note naming the model; its metric tables are planned."""
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-    from lmsat.scaling import count_parameters
+    from lmsat.saturation.scaling import count_parameters
 
     text, tokenizer = small_run / "eval.txt", small_run / "out-tokenizer"
     vocab = len(AutoTokenizer.from_pretrained(tokenizer))
@@ -447,7 +449,7 @@ def test_init_bottleneck_plans_and_draws_figs_6_and_8_of_an_own_run(small_run, t
     and 8. `init --bottleneck` sizes a section from the text: heads of the models narrower
     than d=1000, trained on the eval text outside its sample (or on the files given), ranks
     below d; the run draws both figures for real."""
-    from lmsat.tables import read_table
+    from lmsat.products.table_files import read_table
 
     from test_faults import job_counts
 
@@ -511,7 +513,7 @@ def rising_config(base: Path, workdir: Path) -> Path:
 
 
 def table(workdir: Path, name: str) -> pd.DataFrame:
-    from lmsat.tables import read_table
+    from lmsat.products.table_files import read_table
 
     return read_table(workdir / "results" / "out" / "tables" / f"{name}.csv")
 

@@ -1,6 +1,6 @@
 """Checkpoints that are commits on one branch, not branches (Pico): pinned by a file that
 `lmsat pin-revisions` writes from the branch, read offline at planning, each revision
-downloaded and loaded at its commit (lmsat.pins).
+downloaded and loaded at its commit (lmsat.checkpoints.pins).
 
 The branch is a real git repository with one commit per step the way pico-train pushes them
 ("Saving HF Model -- Step N", then evaluation results, learning dynamics), real tiny
@@ -20,9 +20,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from lmsat import hub, pins
-from lmsat.config import load_plan
+from lmsat.checkpoints import local_hub as hub
+from lmsat.checkpoints import pins
 from lmsat.errors import ConfigError
+from lmsat.planning.load import load_plan
 
 from conftest import ROOT, SCHEMA, plan_refused
 
@@ -138,9 +139,9 @@ def test_a_pinned_revision_downloads_and_loads_at_its_commit(tmp_path, branch, m
 
     from huggingface_hub import constants
 
-    from lmsat.checkpoints import checkpoint_dir
-    from lmsat.fetch import fetch_checkpoint
-    from lmsat.models import load_causal_lm
+    from lmsat.checkpoints.fetch import fetch_checkpoint
+    from lmsat.checkpoints.loading import load_causal_lm
+    from lmsat.checkpoints.validation import checkpoint_dir
 
     clone, commits, heads = branch
     pins.write_pins(tmp_path / "pins" / f"{MODEL}.csv", REPO_ID,

@@ -10,8 +10,8 @@ import sys
 import pytest
 import yaml
 
+from lmsat.checkpoints.fetch import estimated_parameters
 from lmsat.commands.plan import dry_run, estimate, load, render
-from lmsat.fetch import estimated_parameters
 
 from conftest import ROOT, small_toy_config
 

@@ -2,8 +2,8 @@
 
 import logging
 
-from lmsat.ngrams import count_ngrams
-from lmsat.progress import Progress, ThrottledLog
+from lmsat.bottleneck.ngrams import count_ngrams
+from lmsat.runtime.progress import Progress, ThrottledLog
 
 
 class Clock:

@@ -1,4 +1,4 @@
-"""EleutherAI's published Pythia evaluations (lmsat.published): the packaged CSV equals the
+"""EleutherAI's published Pythia evaluations (lmsat.data.published_evals): the packaged CSV equals the
 published JSONs, and a run's own lm-eval results are shown beside them, on the summary too.
 
 tests/data/pythia_evals/ holds three of the published JSONs as they are in
@@ -21,9 +21,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lmsat.errors import PublishedRecordError
-from lmsat.io import write_json
-from lmsat.published import (
+from lmsat.core.io import write_json
+from lmsat.data.published_evals import (
     CELLS,
     COLUMNS,
     CSV_NAME,
@@ -38,7 +37,8 @@ from lmsat.published import (
     rows_of,
     source,
 )
-from lmsat.tables import write_csv
+from lmsat.errors import PublishedRecordError
+from lmsat.products.table_files import write_csv
 
 from conftest import ROOT, script
 
@@ -86,7 +86,7 @@ def test_the_csv_covers_every_published_model_and_step(published):
 
 
 def own_record(model, kind, revision, task, metrics, version="0.4.13"):
-    """An evaluate_checkpoint JSON (lmsat.evaluation.run_lmeval's dict inside the record)."""
+    """An evaluate_checkpoint JSON (lmsat.saturation.downstream.run_lmeval's dict inside the record)."""
     return dict(model=model, checkpoint=kind, revision=revision, task=task, status="done", message="",
                 results={"results": {task: {f"{k},none": v for k, v in metrics.items()} | {"alias": task}},
                          "versions": {task: 1.0}, "lm_eval_version": version, "lmsat": {"num_fewshot": 0}})

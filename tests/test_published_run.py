@@ -1,5 +1,5 @@
 """EleutherAI's published record as a run (config/published.yaml, a suite with
-`source: published`; lmsat.published_record): a dry run plans no fetch, the real run
+`source: published`; lmsat.products.published_run): a dry run plans no fetch, the real run
 finishes offline in seconds, its tables hold the CSV's values, and the README quotes its log."""
 
 import math
@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 import yaml
 
-from lmsat.config import load_plan
+from lmsat.data.published_evals import published_evals
 from lmsat.errors import ConfigError
-from lmsat.published import published_evals
-from lmsat.published_record import verdict_line
-from lmsat.tables import read_table
+from lmsat.planning.load import load_plan
+from lmsat.products.published_run import verdict_line
+from lmsat.products.table_files import read_table
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "config" / "published.yaml"
@@ -147,7 +147,7 @@ def test_the_published_figures_are_legible():
     """Both figures, drawn from the library's tables of the whole record: no two tick labels
     overlap, and Fig. 1a's counterpart has one line per model (deduped dashed)."""
     from lmsat.figures import FIGURES
-    from lmsat.published_record import tables
+    from lmsat.products.published_run import tables
 
     from test_figure_legibility import assert_no_overlap
 

@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lmsat.report import comparison_text, key_numbers, paper_comparison, paper_values, summary_page, table_page
-from lmsat.verdict import VERDICT_COLUMNS, verdict_from_paired
+from lmsat.products.report import comparison_text, key_numbers, paper_comparison, paper_values, summary_page, table_page
+from lmsat.saturation.verdict import VERDICT_COLUMNS, verdict_from_paired
 
 
 def loss_table():

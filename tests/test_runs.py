@@ -30,10 +30,13 @@ import pytest
 import torch
 import yaml
 
-from lmsat import hub
-from lmsat.config import ConfigError, load_plan, load_yaml, run_of_config_file, slice_run
-from lmsat.fingerprint import FETCHED_MARKER, changed_files, weights_fingerprint
-from lmsat.io import read_json
+from lmsat.checkpoints import local_hub as hub
+from lmsat.core.fingerprint import FETCHED_MARKER, changed_files, weights_fingerprint
+from lmsat.core.io import read_json
+from lmsat.errors import ConfigError
+from lmsat.planning.config_files import load_yaml
+from lmsat.planning.load import load_plan
+from lmsat.planning.slicing import run_of_config_file, slice_run
 
 from conftest import ROOT, SCHEMA, shipped_configs, small_toy_config
 
@@ -374,7 +377,8 @@ def test_a_damaged_or_deleted_claim_over_finished_outputs_is_refused_and_changes
 
 
 def test_what_grows_a_run_is_no_conflict_and_what_changes_its_outputs_is(default_config):
-    from lmsat.config import claim_differences, result_config
+    from lmsat.planning.config_files import result_config
+    from lmsat.planning.run_claim import claim_differences
 
     schema = load_yaml(SCHEMA)
     old = result_config(load_plan(default_config, SCHEMA).config, schema)

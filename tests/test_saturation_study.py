@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lmsat.tables import loss_table
+from lmsat.products.saturation_tables import loss_table
 
 from conftest import ROOT
 

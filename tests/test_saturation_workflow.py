@@ -1,5 +1,5 @@
 """The workflow side of Fig. 1b and Table 1: the tables of evaluation.smk / scaling.smk
-(lmsat.tables, lmsat.scaling), the scripts that need a model, and the plan they add to a dry run."""
+(the lmsat.products.*_tables modules, lmsat.saturation.scaling), the scripts that need a model, and the plan they add to a dry run."""
 
 import math
 import subprocess
@@ -12,12 +12,13 @@ import pytest
 import yaml
 from snakemake.iocontainers import Namedlist
 
-from lmsat.config import ModelEntry
+from lmsat.core.integrity import csv_with_checksum
+from lmsat.core.io import read_json, write_json
+from lmsat.core.plan import ModelEntry
 from lmsat.figures.saturation import law_curve, plot_scaling_fit
-from lmsat.integrity import csv_with_checksum
-from lmsat.io import read_json, write_json
-from lmsat.scaling import count_model_parameters, count_parameters
-from lmsat.tables import loss_table, model_sizes, scaling_tables, select_checkpoints, table1, write_csv
+from lmsat.products.saturation_tables import loss_table, model_sizes, scaling_tables, select_checkpoints, table1
+from lmsat.products.table_files import write_csv
+from lmsat.saturation.scaling import count_model_parameters, count_parameters
 
 from conftest import ROOT, clone_like, script
 
@@ -186,12 +187,12 @@ def test_table1_has_revisions_and_marks_skipped_tasks(tmp_path):
     assert list(table.index) == [("toy-d16", "best", "step750"), ("toy-d16", "final", "step1000")]
     assert table.loc[("toy-d16", "final", "step1000"), "Synthetic last word ↑"] == 50.0
     assert math.isnan(table.loc[("toy-d16", "best", "step750"), "Synthetic last word ↑"])
-    from lmsat.tables import table_to_markdown
+    from lmsat.products.table_files import table_to_markdown
 
     markdown = table_to_markdown(table)
     assert "| model | checkpoint | revision |" in markdown and "| toy-d16 | best | step750 | 38.00 | – |" in markdown
     write_csv(table.reset_index(), tmp_path / "table1.csv")  # rule make_table1's CSV: the index as columns
-    # the bytes of the old writer, with the checksum column (lmsat.integrity) last
+    # the bytes of the old writer, with the checksum column (lmsat.core.integrity) last
     assert (tmp_path / "table1.csv").read_text(encoding="utf-8") == csv_with_checksum(table.to_csv())
     with pytest.raises(ValueError, match="evaluated at revisions step750 and step500"):
         table1(records + [record("toy-d16", "best", "step500", "synthetic_ppl", 1.0)], ["synthetic_ppl"])

@@ -1,4 +1,4 @@
-"""Scaling-law fit, shortfall and parameter counts (lmsat.scaling)."""
+"""Scaling-law fit, shortfall and parameter counts (lmsat.saturation.scaling)."""
 
 import numpy as np
 import pandas as pd
@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
-from lmsat.scaling import (
+from lmsat.saturation.scaling import (
     count_parameters,
     fit_scaling_law,
     predict,
@@ -24,7 +24,7 @@ def law_points(noise: float = 0.001, seed: int = 0, sizes=SIZES) -> pd.DataFrame
     steps = np.array([1000, 4000, 16000, 33000, 66000, 99000, 143000])
     n, step = np.meshgrid(np.asarray(sizes), steps, indexing="ij")
     n, tokens = n.ravel(), step.ravel() * TOKENS_PER_STEP
-    # brute-force reference of the law, written out independently of lmsat.scaling.predict
+    # brute-force reference of the law, written out independently of lmsat.saturation.scaling.predict
     clean = TRUE_A / n**TRUE_ALPHA + 410.7 / tokens**0.28 + 1.69
     return pd.DataFrame({"n_params": n, "tokens": tokens, "loss": clean * (1 + noise * rng.standard_normal(n.size))})
 
@@ -138,7 +138,7 @@ def test_count_parameters_rejects_bad_kind_and_family():
 
 
 def _family_configs():
-    """A tiny real config of each family lmsat.adapters knows (and variants of their options)."""
+    """A tiny real config of each family lmsat.checkpoints.adapters knows (and variants of their options)."""
     import transformers as T
 
     base = dict(vocab_size=97, hidden_size=16, num_hidden_layers=2, num_attention_heads=4, intermediate_size=40)
@@ -161,8 +161,8 @@ def _family_configs():
 
 
 def test_every_adapter_family_is_sized():
-    from lmsat.adapters import ADAPTERS
-    from lmsat.scaling import FAMILY_COUNTS
+    from lmsat.checkpoints.adapters import ADAPTERS
+    from lmsat.saturation.scaling import FAMILY_COUNTS
 
     assert set(FAMILY_COUNTS) == set(ADAPTERS)
     assert {config.model_type for config in _family_configs().values()} == set(ADAPTERS)
@@ -176,7 +176,7 @@ def test_a_family_s_config_json_gives_the_instantiated_model_s_counts(family, tm
 
     from transformers import AutoModelForCausalLM
 
-    from lmsat.scaling import config_parameter_counts
+    from lmsat.saturation.scaling import config_parameter_counts
 
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(_family_configs()[family])

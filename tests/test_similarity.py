@@ -1,4 +1,4 @@
-"""Representation similarity (lmsat.similarity) against its known truths and brute-force
+"""Representation similarity (lmsat.degeneration.similarity) against its known truths and brute-force
 references: CKA of a representation with itself, a rotation or a scaling of it is 1; with an
 independent one it is near 0 and shrinks with the sample; feature-space and Gram-space CKA
 equal Kornblith et al.'s centred-Gram formula (pico-analyze's `cka`), the debiased one the
@@ -7,7 +7,7 @@ U-statistic; SVCCA's correlations equal a textbook CCA's."""
 import numpy as np
 import pytest
 
-from lmsat.similarity import SimilarityError, canonical_similarity, layer_similarities, linear_cka
+from lmsat.degeneration.similarity import SimilarityError, canonical_similarity, layer_similarities, linear_cka
 
 
 def rotation(d, rng):

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from lmsat.spectra import (
+from lmsat.degeneration.spectra import (
     effective_rank,
     identical_heads,
     matrix_sha256,

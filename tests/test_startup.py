@@ -1,6 +1,6 @@
 """Start-up of a job (issue 35): each workflow script, imported as its job imports it (a fresh
 interpreter, Snakemake's preamble, then the script's top level), loads only the heavy
-libraries its rule uses; lmsat.lazy imports a module on first use, and fails as `import` does."""
+libraries its rule uses; lmsat.core.lazy imports a module on first use, and fails as `import` does."""
 
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ def run(code: str) -> subprocess.CompletedProcess:
 
 def test_a_lazy_module_is_imported_on_first_use_and_is_the_real_module():
     done = run(
-        "import sys; from lmsat.lazy import lazy_module; pd = lazy_module('pandas'); "
+        "import sys; from lmsat.core.lazy import lazy_module; pd = lazy_module('pandas'); "
         "before = type(sys.modules['pandas']).__name__; frame = pd.DataFrame({'a': [1, 2]}); "
         "import pandas; print(before, type(sys.modules['pandas']).__name__, int(frame.a.sum()), pandas is pd)"
     )
@@ -71,7 +71,7 @@ def test_the_tables_module_builds_tables_with_its_lazy_pandas():
 
 
 def test_an_absent_package_or_a_submodule_is_refused_by_name():
-    from lmsat.lazy import lazy_module
+    from lmsat.core.lazy import lazy_module
 
     with pytest.raises(ModuleNotFoundError, match="no_such_package_lmsat"):
         lazy_module("no_such_package_lmsat")

@@ -11,8 +11,10 @@ import re
 
 import pytest
 
-from lmsat import schedules
-from lmsat.config import ConfigError, load_plan, load_yaml
+from lmsat.core import schedules
+from lmsat.errors import ConfigError
+from lmsat.planning.config_files import load_yaml
+from lmsat.planning.load import load_plan
 
 from conftest import ROOT, SCHEMA, shipped_configs
 
@@ -311,7 +313,7 @@ def test_pico_pins_are_full_commits_at_checkpoint_steps():
     assert sorted(models) == sorted(f"pico-decoder-{s}" for s in PICO_D)
     for size, d in PICO_D.items():
         model = models[f"pico-decoder-{size}"]
-        # custom code on the hub, converted at load (lmsat.formats): none of it is fetched or run
+        # custom code on the hub, converted at load (lmsat.checkpoints.formats): none of it is fetched or run
         assert model.id == f"pico-lm/pico-decoder-{size}" and model.hidden_size == d and not model.trust_remote_code
         assert model.tokens_per_step == PICO_TOKENS_PER_STEP and model.tied_head is False
         assert len(model.commits) == len(model.revisions) and all(re.fullmatch("[0-9a-f]{40}", c) for c in model.commits)

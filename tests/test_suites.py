@@ -20,9 +20,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from lmsat.config import ConfigError, load_plan, load_yaml
+from lmsat.errors import ConfigError
 from lmsat.figures import FIGURES
-from lmsat.metrics import table_metric
+from lmsat.planning.config_files import load_yaml
+from lmsat.planning.load import load_plan
+from lmsat.products.metrics import table_metric
 
 from conftest import ROOT, SCHEMA, clone_like
 
@@ -265,7 +267,7 @@ def no_token(monkeypatch, tmp_path):
 
 
 def test_gated_fetch_without_token_fails_at_once_naming_the_license(no_token, tmp_path):
-    from lmsat.fetch import FetchError, RetryPolicy, fetch_checkpoint
+    from lmsat.checkpoints.fetch import FetchError, RetryPolicy, fetch_checkpoint
 
     with pytest.raises(FetchError) as error:
         fetch_checkpoint(gated_entry(), "main", tmp_path / "cache", policy=RetryPolicy(attempts=1), sleep=lambda s: None)
@@ -279,7 +281,7 @@ def test_gated_fetch_without_token_fails_at_once_naming_the_license(no_token, tm
 def test_ungated_fetch_without_token_goes_to_the_hub(no_token, tmp_path):
     """The token check is for gated repositories only: an open one reaches the download
     (which fails here on the offline switch, not on a missing token)."""
-    from lmsat.fetch import FetchError, RetryPolicy, fetch_checkpoint
+    from lmsat.checkpoints.fetch import FetchError, RetryPolicy, fetch_checkpoint
 
     entry = plan("paper").models["gpt2"]
     with pytest.raises(FetchError, match="HF_HUB_OFFLINE") as error:
@@ -292,7 +294,7 @@ def test_a_refused_gated_repository_names_the_license(monkeypatch):
     (or, for some gated repositories, RepositoryNotFoundError): the fix names the license."""
     from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
 
-    from lmsat.fetch import RetryPolicy, _fix
+    from lmsat.checkpoints.fetch import RetryPolicy, _fix
 
     from test_faults import http_error
 
@@ -304,7 +306,7 @@ def test_a_refused_gated_repository_names_the_license(monkeypatch):
 
 
 def test_gated_tokenizer_without_token_names_the_license(no_token):
-    from lmsat.models import ModelLoadError, load_tokenizer
+    from lmsat.checkpoints.loading import ModelLoadError, load_tokenizer
 
     spec = plan("paper").config["tokenizers"]["llama2"]
     with pytest.raises(ModelLoadError, match=r"accept the Llama 2 Community License at https://huggingface.co/meta-llama/Llama-2-7b-hf"):
@@ -315,7 +317,7 @@ def test_gated_tokenizer_without_token_names_the_license(no_token):
 
 
 def test_scaling_models_restrict_the_fit_to_them():
-    from lmsat.tables import scaled_models
+    from lmsat.products.saturation_tables import scaled_models
 
     selection = pd.DataFrame(
         dict(suite=["pythia", "pythia", "gpt2"], model=["a", "b", "gpt2"], kind="final", revision=["s", "s", "main"],
@@ -328,7 +330,7 @@ def test_scaling_models_restrict_the_fit_to_them():
 
 
 def test_unknown_scaling_model_names_the_key():
-    from lmsat.config import ConfigError
+    from lmsat.errors import ConfigError
 
     config = load_yaml(ROOT / "config" / "paper.yaml")
     config["scaling"]["models"] = ["pythia-160m", "gpt3"]

@@ -1,4 +1,4 @@
-"""Tests for lmsat.synthetic against brute-force dense references on tiny languages."""
+"""Tests for lmsat.toy.language against brute-force dense references on tiny languages."""
 
 import itertools
 
@@ -6,7 +6,7 @@ import h5py
 import numpy as np
 import pytest
 
-from lmsat.synthetic import (
+from lmsat.toy.language import (
     LanguageSpec,
     build_language,
     load_language,

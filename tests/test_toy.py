@@ -1,19 +1,19 @@
-"""Tests for lmsat.toy (tokenizer, schedule, training) and lmsat.hub (local hub cache)."""
+"""Tests for lmsat.toy.suite (tokenizer, schedule, training) and lmsat.checkpoints.local_hub (local hub cache)."""
 
 import numpy as np
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from lmsat.hub import (
+from lmsat.checkpoints.local_hub import (
     RevisionNotFoundError,
     list_revisions,
     publish_revision,
     snapshot_path,
 )
-from lmsat.schedules import toy_steps
-from lmsat.synthetic import LanguageSpec, build_language, write_corpus
-from lmsat.toy import (
+from lmsat.core.schedules import toy_steps
+from lmsat.toy.language import LanguageSpec, build_language, write_corpus
+from lmsat.toy.suite import (
     ToyModelSpec,
     TrainSpec,
     build_model,
@@ -213,7 +213,7 @@ def test_sequential_windows_use_each_token_once_in_order():
     train_spec = TrainSpec(max_steps=3, batch_size=2, windows="sequential")
     tokens = np.arange(3 * 2 * 5, dtype=np.int32) % 60  # exactly max_steps x batch x (T + 1)
     seen = []
-    import lmsat.toy as toy_module
+    import lmsat.toy.suite as toy_module
 
     original = toy_module.next_token_loss
 

@@ -1,4 +1,4 @@
-"""The saturation verdict (lmsat.verdict) and its table (saturation_verdicts): its error rates
+"""The saturation verdict (lmsat.saturation.verdict) and its table (saturation_verdicts): its error rates
 by simulation with a real run's own noise, and its answers on real caches of a real model.
 
 The simulations resample the sequences of tests/data/toy_sequence_losses.csv, per-sequence
@@ -20,11 +20,11 @@ import pandas as pd
 import pytest
 import torch
 
-from lmsat.cache import ExtractionSettings, extract_to_cache, open_cache
-from lmsat.io import write_json
-from lmsat.metrics import METRICS
-from lmsat.tables import loss_from_records, loss_table, verdicts_from_records
-from lmsat.verdict import (
+from lmsat.core.io import write_json
+from lmsat.data.hidden_states import ExtractionSettings, extract_to_cache, open_cache
+from lmsat.products.metrics import METRICS
+from lmsat.products.saturation_tables import loss_from_records, loss_table, verdicts_from_records
+from lmsat.saturation.verdict import (
     NO_EVIDENCE,
     SATURATES,
     TOO_FEW,
@@ -258,9 +258,9 @@ def test_the_table_of_a_real_run_whose_final_is_its_best_says_no_evidence(real_r
 def test_the_verdict_table_is_written_with_each_models_source(real_run, tmp_path):
     """As rule tabulate_metric writes it: with provenance, a row per model (no revision column),
     whose row_lmsat_source is the source of the code that made its checkpoints' records."""
-    from lmsat.integrity import RECORD_FIELD
-    from lmsat.io import read_json, write_json
-    from lmsat.tables import read_table, write_csv
+    from lmsat.core.integrity import RECORD_FIELD
+    from lmsat.core.io import read_json, write_json
+    from lmsat.products.table_files import read_table, write_csv
 
     _, records = real_run
     sourced = []
@@ -303,7 +303,7 @@ def test_paired_standard_errors_are_far_below_independent_ones_on_real_caches(re
 
 def test_records_of_different_samples_are_refused(real_run, tmp_path):
     _, records = real_run
-    from lmsat.io import read_json
+    from lmsat.core.io import read_json
 
     record = {k: v for k, v in read_json(records[0]).items() if k != "record_sha256"}
     record["sequence_loss"] = record["sequence_loss"][:-1]  # a cache of another sample
@@ -361,7 +361,7 @@ def test_a_checkpoint_back_at_ln_v_after_learning_is_flagged_and_kept(reset_run)
 def test_a_loss_that_rises_without_forgetting_what_was_learned_is_not_flagged(real_run):
     """A real rise (saturation, a divergence that keeps most of what was learned) is the
     verdict's to judge, not a broken checkpoint: only a loss back near ln V is flagged."""
-    from lmsat.io import read_json
+    from lmsat.core.io import read_json
 
     _, records = real_run
     rows = [read_json(path) for path in records]
@@ -375,8 +375,8 @@ def test_a_loss_that_rises_without_forgetting_what_was_learned_is_not_flagged(re
 def test_records_of_an_older_lmsat_are_held_against_the_plans_vocabulary(reset_run, tmp_path):
     """Records made before the loss metric recorded ln V: the plan's vocab_size stands in;
     with neither, nothing is flagged (nothing is known to flag against)."""
-    from lmsat.integrity import RECORD_FIELD
-    from lmsat.io import read_json
+    from lmsat.core.integrity import RECORD_FIELD
+    from lmsat.core.io import read_json
 
     older = []
     for path in reset_run:

@@ -1,4 +1,4 @@
-"""The warm interpreter (lmsat.warm, issue 35): a job it forks runs as a fresh interpreter
+"""The warm interpreter (lmsat.runtime.warm, issue 35): a job it forks runs as a fresh interpreter
 would (working directory, environment, arguments, streams, exit status, traceback), jobs it
 must not serve start their own interpreter, signals reach the forked job, a job whose process
 vanished is ended, the warm interpreter ends with the process that started it, and a model
@@ -7,8 +7,8 @@ dtype, tied head and sharded checkpoint. The default run's jobs are forked from 
 test_workflow.py (test_the_default_run_forks_its_jobs_from_the_warm_interpreter).
 
 Each job here is a real script run by a real interpreter, as Snakemake runs one: a file
-whose first lines set `__real_file__` (Snakemake's preamble does) and import lmsat.offline
-and lmsat.warm_start.
+whose first lines set `__real_file__` (Snakemake's preamble does) and import lmsat.runtime.offline
+and lmsat.runtime.warm_start.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-import lmsat.warm as warm
+import lmsat.runtime.warm as warm
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the warm interpreter is Linux only")
 
@@ -32,9 +32,9 @@ PREAMBLE = f"""\
 __real_file__ = __file__  # what Snakemake's script preamble sets
 import sys
 sys.path[:0] = [{str(SRC)!r}]
-import lmsat.offline
-import lmsat.warm_start
-import lmsat.warm
+import lmsat.runtime.offline
+import lmsat.runtime.warm_start
+import lmsat.runtime.warm
 """
 
 
@@ -88,7 +88,7 @@ def served_lines(log: Path, name: str) -> list[str]:
 def test_a_forked_job_runs_in_its_own_directory_environment_arguments_and_streams(server, tmp_path):
     body = """
         import os, tempfile
-        print("out", os.getcwd(), sys.argv[1:], tempfile.gettempdir(), lmsat.warm.SERVING)
+        print("out", os.getcwd(), sys.argv[1:], tempfile.gettempdir(), lmsat.runtime.warm.SERVING)
         print("err", list(dict.fromkeys(sys.path)), file=sys.stderr)
         print("stdin", sys.stdin.read())
         raise SystemExit(3)
@@ -111,14 +111,14 @@ def test_a_forked_jobs_exception_prints_the_scripts_traceback_and_exits_1(server
     assert done.stderr.startswith("Traceback (most recent call last):"), done.stderr
     assert f'File "{tmp_path / "failing.py"}", line' in done.stderr and "in main" in done.stderr
     assert done.stderr.strip().endswith("ValueError: the culprit")
-    assert "runpy" not in done.stderr and "lmsat/warm.py" not in done.stderr
+    assert "runpy" not in done.stderr and "lmsat/runtime/warm.py" not in done.stderr
     assert served_lines(server, "failing.py")
 
 
 def test_a_forked_jobs_uncaught_error_reaches_the_jobs_log(server, tmp_path):
-    """The job's own excepthook (lmsat.io.setup_logging's writes the error into the job log)."""
+    """The job's own excepthook (lmsat.core.io.setup_logging's writes the error into the job log)."""
     body = """
-        from lmsat.io import setup_logging
+        from lmsat.core.io import setup_logging
         setup_logging("job.log")
         raise RuntimeError("corpus empty has no documents")
     """
@@ -137,15 +137,15 @@ def test_a_forked_jobs_uncaught_error_reaches_the_jobs_log(server, tmp_path):
     ],
 )
 def test_a_job_the_warm_interpreter_must_not_serve_starts_its_own(server, tmp_path, changes, reason):
-    done = run_job(tmp_path, "print(lmsat.warm.SERVING)\n", env=job_env(**changes), name="declined.py")
+    done = run_job(tmp_path, "print(lmsat.runtime.warm.SERVING)\n", env=job_env(**changes), name="declined.py")
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "False"  # ran here, not in a forked job
-    assert f"lmsat.warm: this job starts its own interpreter ({reason}" in done.stderr
+    assert f"lmsat.runtime.warm: this job starts its own interpreter ({reason}" in done.stderr
     assert not served_lines(server, "declined.py")
 
 
 def test_without_a_warm_interpreter_the_job_runs_as_before(tmp_path):
-    done = run_job(tmp_path, "print(lmsat.warm.SERVING)\n", env=job_env(LMSAT_WARM_SOCKET=str(tmp_path / "none")))
+    done = run_job(tmp_path, "print(lmsat.runtime.warm.SERVING)\n", env=job_env(LMSAT_WARM_SOCKET=str(tmp_path / "none")))
     assert (done.returncode, done.stdout.strip(), done.stderr) == (0, "False", "")
 
 
@@ -199,7 +199,7 @@ def test_a_job_whose_process_vanished_is_ended(server, tmp_path):
 def test_the_warm_interpreter_ends_when_the_process_that_started_it_is_gone(tmp_path):
     log = tmp_path / "warm.log"
     starter = (
-        f"import sys; sys.path[:0] = [{str(SRC)!r}]; import lmsat.warm as w; "
+        f"import sys; sys.path[:0] = [{str(SRC)!r}]; import lmsat.runtime.warm as w; "
         f"print(w.start({str(log)!r}, jobs=w.MIN_JOBS, local=True)); print(__import__('os').environ[w.SOCKET_VARIABLE])"
     )
     done = subprocess.run([sys.executable, "-c", starter], capture_output=True, text=True, timeout=60)
@@ -217,7 +217,7 @@ def test_no_warm_interpreter_for_a_small_or_remote_run_or_when_switched_off(tmp_
     starter = f"""
 import os, sys
 sys.path[:0] = [{str(SRC)!r}]
-import lmsat.warm as w
+import lmsat.runtime.warm as w
 print(w.start({str(log)!r}, jobs=w.MIN_JOBS - 1, local=True))
 print(w.start({str(log)!r}, jobs=100, local=False))
 print(w.start({str(log)!r}, jobs=100, local=True, enabled=False))
@@ -235,8 +235,8 @@ print(w.SOCKET_VARIABLE in os.environ)
 LOADER = """
     import json
     from safetensors.torch import save_file
-    from lmsat.models import load_causal_lm
-    from lmsat.plan import ModelEntry
+    from lmsat.checkpoints.loading import load_causal_lm
+    from lmsat.core.plan import ModelEntry
 
     cases = json.loads(open("cases.json").read())
     for name, case in cases.items():
@@ -244,14 +244,14 @@ LOADER = """
         state = {k: v.contiguous() for k, v in lm.state_dict().items()}
         tied = lm.get_output_embeddings().weight.data_ptr() == lm.get_input_embeddings().weight.data_ptr()
         save_file({k: v.clone() for k, v in state.items()}, f"{sys.argv[1]}/{name}.safetensors",
-                  metadata={"tied": str(tied), "served": str(lmsat.warm.SERVING)})
+                  metadata={"tied": str(tied), "served": str(lmsat.runtime.warm.SERVING)})
 """
 
 
 def test_a_forked_job_loads_the_tensors_a_fresh_interpreter_loads(server, tmp_path):
     """Every family the adapters know, in each storage dtype, tied and untied heads, and a
-    sharded checkpoint: the pipeline's loader (lmsat.models.load_causal_lm, every check of
-    lmsat.checkpoints) in a forked job and in a fresh interpreter gives equal tensors."""
+    sharded checkpoint: the pipeline's loader (lmsat.checkpoints.loading.load_causal_lm, every check of
+    lmsat.checkpoints.validation) in a forked job and in a fresh interpreter gives equal tensors."""
     import json
 
     import torch
@@ -301,7 +301,7 @@ class OwnServer:
     def __init__(self, tmp_path: Path, src: Path):
         self.log = tmp_path / "own_warm.log"
         starter = (
-            f"import os, sys; sys.path[:0] = [{str(src)!r}]; import lmsat.warm as w; "
+            f"import os, sys; sys.path[:0] = [{str(src)!r}]; import lmsat.runtime.warm as w; "
             f"print(w.start({str(self.log)!r}, jobs=w.MIN_JOBS, local=True), w._server.pid, "
             "os.environ[w.SOCKET_VARIABLE], flush=True); sys.stdin.read(); w.stop()"
         )
@@ -327,26 +327,26 @@ def job_script(tmp_path: Path, name: str, body: str, src: Path) -> Path:
 
 
 def source_hash(src: Path) -> str:
-    """lmsat.io.source_sha256 of the lmsat under `src`, computed by a fresh interpreter."""
-    code = f"import sys; sys.path[:0] = [{str(src)!r}]; from lmsat.io import source_sha256; print(source_sha256())"
+    """lmsat.core.io.source_sha256 of the lmsat under `src`, computed by a fresh interpreter."""
+    code = f"import sys; sys.path[:0] = [{str(src)!r}]; from lmsat.core.io import source_sha256; print(source_sha256())"
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
 
 
 RECORDER = """
     import json, time
     from pathlib import Path
-    import lmsat.metrics
-    from lmsat.io import source_sha256
+    import lmsat.products.metrics
+    from lmsat.core.io import source_sha256
     Path(sys.argv[1] + ".started").write_text("")
     while not Path("go").exists():
         time.sleep(0.05)
-    Path(sys.argv[1]).write_text(json.dumps(dict(served=lmsat.warm.SERVING, source=source_sha256(),
-                                                 edited=getattr(lmsat.metrics, "EDITED_DURING_THE_RUN", False))))
+    Path(sys.argv[1]).write_text(json.dumps(dict(served=lmsat.runtime.warm.SERVING, source=source_sha256(),
+                                                 edited=getattr(lmsat.products.metrics, "EDITED_DURING_THE_RUN", False))))
 """
 
 
 def test_a_library_edit_during_a_warm_run_never_records_the_new_codes_hash_beside_the_old_codes_numbers(tmp_path):
-    """Issue 46, case 3: after a `sed` into src/lmsat/metrics.py during a run, forked jobs ran the
+    """Issue 46, case 3: after a `sed` into src/lmsat/products/metrics.py during a run, forked jobs ran the
     code the warm interpreter had imported and recorded the hash of the files on disk (28 of 36
     records: the new code's hash, the old code's numbers). Now a job forked before the edit records
     the hash of the code it runs (the one imported), and after the edit the warm interpreter
@@ -359,7 +359,7 @@ def test_a_library_edit_during_a_warm_run_never_records_the_new_codes_hash_besid
     old = source_hash(src)
     server = OwnServer(tmp_path, src)
     try:
-        server.wait_for_imports()  # lmsat.metrics imported, as in a run's later jobs
+        server.wait_for_imports()  # lmsat.products.metrics imported, as in a run's later jobs
         script = job_script(tmp_path, "record.py", RECORDER, src)
         before = subprocess.Popen([sys.executable, str(script), "before.json"], cwd=tmp_path, env=server.env,
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -380,8 +380,8 @@ def test_a_library_edit_during_a_warm_run_never_records_the_new_codes_hash_besid
     assert recorded["before"] == dict(served=True, source=old, edited=False)
     # after it: not served, the edited code, and its hash
     assert recorded["after"] == dict(served=False, source=new, edited=True)
-    reason = "lmsat's source changed since the warm interpreter imported it (src/lmsat/metrics.py)"
-    assert f"lmsat.warm: this job starts its own interpreter ({reason}" in outcomes["after"][1]
+    reason = "lmsat's source changed since the warm interpreter imported it (src/lmsat/products/metrics.py)"
+    assert f"lmsat.runtime.warm: this job starts its own interpreter ({reason}" in outcomes["after"][1]
     assert reason in server.log.read_text()
 
 

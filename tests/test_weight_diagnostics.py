@@ -1,4 +1,4 @@
-"""Weight diagnostics (lmsat.weight_diagnostics) against their known truths and the peers'
+"""Weight diagnostics (lmsat.degeneration.weight_diagnostics) against their known truths and the peers'
 formulas: WeightWatcher's power-law fit written out candidate by candidate, an exponent drawn
 from a known power law coming back within its standard error, the MP soft rank of noise
 near 1, pico-analyze's Gini, Hoyer, PER and condition number on matrices built to have
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from lmsat.integrity import IntegrityError
-from lmsat.weight_diagnostics import (
+from lmsat.core.integrity import IntegrityError
+from lmsat.degeneration.weight_diagnostics import (
     COLUMNS,
     HEAD,
     WeightDiagnosticsError,

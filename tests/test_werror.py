@@ -5,7 +5,7 @@ import pytest
 import scipy.sparse
 import scipy.sparse.csgraph
 
-from lmsat.werror import frobenius_norm, gram_spectrum, w_error_curve
+from lmsat.bottleneck.werror import frobenius_norm, gram_spectrum, w_error_curve
 
 
 def _brute_force_w_error(matrix, d):

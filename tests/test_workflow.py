@@ -113,8 +113,8 @@ def test_operational_changes_rerun_nothing(default_run, tmp_path):
 
 def test_tables_record_the_library_source(default_run):
     """A library edit reruns nothing; every table names the lmsat source that built it, and
-    each row the source that computed its checkpoint (lmsat.tables.with_provenance)."""
-    from lmsat.io import source_sha256
+    each row the source that computed its checkpoint (lmsat.products.table_files.with_provenance)."""
+    from lmsat.core.io import source_sha256
 
     workdir, _ = default_run
     for name in ("loss", "anisotropy_training", "singular_entropy", "attention_lowrank"):
@@ -203,7 +203,7 @@ def test_report_summary_reads_at_1400_px(default_report, tmp_path):
 
 def test_the_default_run_forks_its_jobs_from_the_warm_interpreter(default_run):
     """Issue 35: every job of the default run (each writes its own log) ran in a process
-    forked from the run's warm interpreter (lmsat.warm), none declined, each ended with exit
+    forked from the run's warm interpreter (lmsat.runtime.warm), none declined, each ended with exit
     0, and the warm interpreter stopped with the run. Its results are the recorded ones
     (test_tables_match_the_recorded_default_run)."""
     workdir, _ = default_run

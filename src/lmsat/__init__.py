@@ -41,32 +41,36 @@ __version__ = "0.1.0"
 
 # public name -> module that defines it (each documents its shapes)
 PUBLIC = {
-    "analyse_checkpoint": "lmsat.analysis",
-    "run_settings": "lmsat.analysis",
-    "resolve_checkpoint": "lmsat.analysis",
-    "text_sample": "lmsat.analysis",
-    "mean_pairwise_cosine": "lmsat.anisotropy",
-    "MeanCosineAccumulator": "lmsat.anisotropy",
-    "singular_values": "lmsat.spectra",
-    "singular_entropy": "lmsat.spectra",
-    "effective_rank": "lmsat.spectra",
-    "stable_rank": "lmsat.spectra",
-    "head_spectrum": "lmsat.degeneration",
-    "attention_arrays": "lmsat.degeneration",
-    "attention_lowrank": "lmsat.attention",
-    "ExtractionSettings": "lmsat.cache",
-    "extract_to_cache": "lmsat.cache",
-    "open_cache": "lmsat.cache",
-    "build_sample": "lmsat.corpus",
-    "read_sample": "lmsat.corpus",
-    "load_causal_lm": "lmsat.models",
-    "load_tokenizer": "lmsat.models",
-    "METRICS": "lmsat.metrics",
-    "monitor": "lmsat.callbacks",
-    "SaturationCallback": "lmsat.callbacks",
+    "analyse_checkpoint": "lmsat.standalone.analyse",
+    "run_settings": "lmsat.standalone.analyse",
+    "resolve_checkpoint": "lmsat.standalone.analyse",
+    "text_sample": "lmsat.standalone.analyse",
+    "mean_pairwise_cosine": "lmsat.degeneration.anisotropy",
+    "MeanCosineAccumulator": "lmsat.degeneration.anisotropy",
+    "singular_values": "lmsat.degeneration.spectra",
+    "singular_entropy": "lmsat.degeneration.spectra",
+    "effective_rank": "lmsat.degeneration.spectra",
+    "stable_rank": "lmsat.degeneration.spectra",
+    "head_spectrum": "lmsat.degeneration.weight_files",
+    "attention_arrays": "lmsat.degeneration.weight_files",
+    "attention_lowrank": "lmsat.degeneration.attention",
+    "ExtractionSettings": "lmsat.data.hidden_states",
+    "extract_to_cache": "lmsat.data.hidden_states",
+    "open_cache": "lmsat.data.hidden_states",
+    "build_sample": "lmsat.data.corpus",
+    "read_sample": "lmsat.data.corpus",
+    "load_causal_lm": "lmsat.checkpoints.loading",
+    "load_tokenizer": "lmsat.checkpoints.loading",
+    "METRICS": "lmsat.products.metrics",
+    "monitor": "lmsat.standalone.monitor",
+    "SaturationCallback": "lmsat.standalone.callback",
 }
 
 __all__ = ["__version__", *PUBLIC]
+
+from lmsat import compat  # noqa: E402  (the module paths before docs/layout.md, with a warning)
+
+compat.install()
 
 
 def __getattr__(name: str):

@@ -1,8 +1,8 @@
 """The exceptions that several layers raise and catch, in a leaf that imports nothing.
 
-Each is still importable from the module of its subject (lmsat.config.ConfigError,
-lmsat.corpus.CorpusError, lmsat.fetch.FetchError, lmsat.models.ModelLoadError,
-lmsat.staging.StagingMissing), so `except lmsat.models.ModelLoadError` keeps working; the
+Each is still importable from the module of its subject (lmsat.errors.ConfigError,
+lmsat.data.corpus.CorpusError, lmsat.checkpoints.fetch.FetchError, lmsat.checkpoints.loading.ModelLoadError,
+lmsat.planning.staging.StagingMissing), so `except lmsat.checkpoints.loading.ModelLoadError` keeps working; the
 library itself imports them from here, so that a loader and a staging job can raise each
 other's errors without importing each other (tests/test_layers.py).
 """

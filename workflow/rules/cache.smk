@@ -1,5 +1,5 @@
 # One job per checkpoint loads it once and writes everything that needs its weights: every
-# planned weights metric (lmsat.metrics: the LM-head spectrum of Godey et al. 4.2, the
+# planned weights metric (lmsat.products.metrics: the LM-head spectrum of Godey et al. 4.2, the
 # low-rank attention metrics of Kobayashi et al.) and the hidden-state cache (one forward
 # of the eval sample, stored as HDF5). Loading (torch + transformers import, then the
 # weights) costs more than the weight analyses together, so separate jobs would load every

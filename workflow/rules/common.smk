@@ -32,31 +32,24 @@ for _name in [n for n in sys.modules if n == "lmsat" or n.startswith("lmsat.")]:
     if LMSAT_SRC not in Path(_file).resolve().parents:
         del sys.modules[_name]
 
-import lmsat.warm as warm_interpreter
-from lmsat.bottleneck import head_ranks, head_train_fields, learning_rates, set_corpora
-from lmsat.config import (
-    check_run_claim,
-    config_sha256,
-    config_sources,
-    load_plan,
-    load_yaml,
-    ngram_tokenizers,
-    read_config_files,
-    result_config,
-    run_of_config_file,
-    write_run_claim,
-)
-from lmsat.corpus import corpus_inputs
-from lmsat.evaluation import OFFLINE_TASKS, STORYCLOZE_2016_FILES
-from lmsat.fetch import checkpoint_disk_mb, estimated_parameters
-from lmsat.bottleneck import shard_count  # the head cache's shard files
-from lmsat.integrity import selected_revision as checked_selection
-from lmsat.hub import repo_dir
-from lmsat.fingerprint import FETCHED_MARKER, changed_files, weights_fingerprint
-from lmsat.io import read_json
-from lmsat.metrics import METRICS, table_metric
-from lmsat.names import PATH_NAME_PATTERN
-from lmsat.staging import (
+import lmsat.runtime.warm as warm_interpreter
+from lmsat.bottleneck.rank_grid import head_ranks, head_train_fields, learning_rates, set_corpora
+from lmsat.planning.config_files import config_sha256, config_sources, load_yaml, read_config_files, result_config
+from lmsat.planning.load import load_plan
+from lmsat.planning.refusals import ngram_tokenizers
+from lmsat.planning.run_claim import check_run_claim, write_run_claim
+from lmsat.planning.slicing import run_of_config_file
+from lmsat.data.corpus import corpus_inputs
+from lmsat.saturation.downstream import OFFLINE_TASKS, STORYCLOZE_2016_FILES
+from lmsat.checkpoints.fetch import checkpoint_disk_mb, estimated_parameters
+from lmsat.bottleneck.rank_grid import shard_count  # the head cache's shard files
+from lmsat.core.integrity import selected_revision as checked_selection
+from lmsat.checkpoints.local_hub import repo_dir
+from lmsat.core.fingerprint import FETCHED_MARKER, changed_files, weights_fingerprint
+from lmsat.core.io import read_json
+from lmsat.products.metrics import METRICS, table_metric
+from lmsat.core.names import PATH_NAME_PATTERN
+from lmsat.planning.staging import (
     STAGING_RULES,
     needs_staging_corpus,
     needs_staging_tokenizer,
@@ -163,7 +156,7 @@ else:
 RESULT_CONFIG = result_config(CONFIG, SCHEMA)
 CONFIG_SHA256 = config_sha256(RESULT_CONFIG)
 # A run name is a claim on results/<run>/: planning refuses to replace finished outputs of
-# another result config (lmsat.config.check_run_claim) unless replace_results is set.
+# another result config (lmsat.planning.run_claim.check_run_claim) unless replace_results is set.
 CONFIG_SOURCES = (
     config_sources(
         workflow.overwrite_configfiles or workflow.configfiles,
@@ -183,7 +176,7 @@ check_run_claim(
 
 # Recorded when the run starts executing (never by a dry run); as a module, lmsat leaves the
 # deploying workflow's own handlers in place, records nothing and starts no warm interpreter.
-# The warm interpreter (lmsat.warm) forks a local run's jobs from one process that has
+# The warm interpreter (lmsat.runtime.warm) forks a local run's jobs from one process that has
 # imported torch, transformers and lm-eval; it ends with this Snakemake process.
 if workflow.modifier.is_main_snakefile():
 
@@ -209,7 +202,7 @@ PUBLISHED = {n: s for n, s in CONFIG["suites"].items() if s["source"] == "publis
 TOY_LANGUAGE = f"results/{RUN}/toy/language.h5"
 TOY_TOKENIZER = f"results/{RUN}/toy/tokenizer/tokenizer.json"
 FETCH = CONFIG["fetch"]
-# The analysis sections, validated and cross-checked by load_plan (lmsat.config).
+# The analysis sections, validated and cross-checked by load_plan (lmsat.planning).
 EVALUATION = CONFIG["evaluation"]
 # in the plan's order (by size): Table 1's rows follow its records
 EVALUATED_MODELS = [m for m in MODELS if m in EVALUATION["models"]] or list(MODELS)
@@ -221,7 +214,7 @@ HEAD_SET_CORPORA = set_corpora(CONFIG)  # train / eval -> corpus
 NGRAMS = CONFIG["ngrams"]
 NGRAM_CORPORA = NGRAMS["corpora"]  # empty: no Fig. 7
 NGRAM_TOKENIZERS = ngram_tokenizers(CONFIG, MODELS)
-# The planned metrics (lmsat.metrics; load_plan checks the names and what their tables
+# The planned metrics (lmsat.products.metrics; load_plan checks the names and what their tables
 # need) and the tables they aggregate into (the figures: products.smk).
 PLANNED_METRICS = (CONFIG["metrics"] or list(METRICS)) if MODELS else []
 CACHE_METRICS = [m for m in PLANNED_METRICS if METRICS[m].reads == "cache"]
@@ -290,7 +283,7 @@ if VANISHED and workflow.is_main_process:
             f"delete their files: results/{RUN}/*/{_model}/<revision>.* and results/{RUN}/metrics/*/{_model}/<revision>.json",
             file=sys.stderr,
         )
-# A slice (`select`) writes under a run directory of its own (lmsat.config.slice_run).
+# A slice (`select`) writes under a run directory of its own (lmsat.planning.slicing.slice_run).
 if any(CONFIG["select"].values()) and workflow.is_main_process:
     print(
         f"lmsat: this selection is a slice; it writes under results/{RUN}/",
@@ -390,7 +383,7 @@ def weights_of(model, revision):
 
 def check_toy_hub():
     """Stop the plan if a toy model's published checkpoints changed after its training job
-    recorded them (lmsat.fingerprint): every table would describe weights no longer there.
+    recorded them (lmsat.core.fingerprint): every table would describe weights no longer there.
     """
     for name, entry in MODELS.items():
         manifest = Path(f"results/{RUN}/toy/models/{name}.json")
@@ -422,7 +415,7 @@ def get_final_checkpoint_weights(wildcards):
 
 def entry_param(entry):
     """A model's entry as a job param (a dict of its fields): `commits` only where a suite pins
-    them (lmsat.pins), so that the params of every other job are those it had before pins.
+    them (lmsat.checkpoints.pins), so that the params of every other job are those it had before pins.
     """
     fields = asdict(entry)
     if not fields["commits"]:

@@ -1,7 +1,7 @@
 # Hub checkpoints: one job per (hub model, revision) downloads its files into a hub cache of
 # its own, results/weights/{model}/{revision}, from which every job that loads it reads
 # offline (common.smk: weights_of). Transient hub faults are retried inside the
-# job with backoff (lmsat.fetch), and the job itself is restarted `fetch.retries` times. With
+# job with backoff (lmsat.checkpoints.fetch), and the job itself is restarted `fetch.retries` times. With
 # fetch.remove_after_use the files are temp(): deleted once no pending job needs them; a
 # fetch that would leave less than fetch.min_free_mb free waits for such deletions, so
 # fetching cannot run ahead of the jobs that read the checkpoints until the disk is full.

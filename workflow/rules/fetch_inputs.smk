@@ -17,7 +17,7 @@ def fetched_checkpoint(path):
 
 
 def get_recorded_fingerprint(wildcards):
-    """Fingerprint of a tracked checkpoint (lmsat.fingerprint), a param of record_weights:
+    """Fingerprint of a tracked checkpoint (lmsat.core.fingerprint), a param of record_weights:
     changed files change it, which reruns the record and so every job that read them. A hub
     cache staged by hand and removed after use keeps its recorded fingerprint."""
     directory = tracked_weights(wildcards.model, wildcards.revision)

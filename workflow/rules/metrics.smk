@@ -1,4 +1,4 @@
-# Per-checkpoint metrics (lmsat.metrics.METRICS; `metrics:` in the config picks them): a
+# Per-checkpoint metrics (lmsat.products.metrics.METRICS; `metrics:` in the config picks them): a
 # cache metric's record per checkpoint x metric, a record per checkpoint x metric of the
 # metrics that compare its cache with its final and previous checkpoints' (reads=
 # "cache_pairs"), and one generic rule for every metric table

@@ -15,7 +15,7 @@ def get_metric_table_inputs(wildcards):
 
 def get_table_options(wildcards):
     """Rule tabulate_metric: the config values the table's build takes (its `options`:
-    keyword -> dotted config key, lmsat.metrics.Table), e.g. the verdict's alpha, and what
+    keyword -> dotted config key, lmsat.products.metrics.Table), e.g. the verdict's alpha, and what
     the plan knows that it takes (its `facts`: each model's head rows, the checkpoints no
     longer on disk)."""
     table = METRICS[METRIC_TABLES[wildcards.table]].tables[wildcards.table]

@@ -1,5 +1,5 @@
 # The workflow's products, from two registries: every table by name (metric tables:
-# lmsat.metrics, written by tabulate_metric; the others: RULE_TABLES below, each written
+# lmsat.products.metrics, written by tabulate_metric; the others: RULE_TABLES below, each written
 # by a rule of its own) and every figure (lmsat.figures.FIGURES, each declared beside its
 # plot function). A figure is planned exactly when all its tables are, drawn by the one
 # rule plot_figure, and is in the report with its caption workflow/report/<stem>.rst. The
@@ -52,7 +52,7 @@ TABLES = {name: "tabulate_metric" for name in table_metric()}
 for _name, (_writer, _) in RULE_TABLES.items():
     if _name in TABLES:
         raise WorkflowError(
-            f"table {_name}: both metric {table_metric()[_name]} (lmsat.metrics) and rule "
+            f"table {_name}: both metric {table_metric()[_name]} (lmsat.products.metrics) and rule "
             f"{_writer} (RULE_TABLES in workflow/rules/products.smk) write it; fix: rename one"
         )
     TABLES[_name] = _writer
@@ -63,7 +63,7 @@ for _stem, _figure in FIGURES.items():
         if _table not in TABLES:
             raise WorkflowError(
                 f"figure {_stem} (lmsat.figures) names table {_table!r}, which no metric "
-                "tabulates (lmsat.metrics) and no rule writes (RULE_TABLES in "
+                "tabulates (lmsat.products.metrics) and no rule writes (RULE_TABLES in "
                 f"workflow/rules/products.smk); tables: {', '.join(sorted(TABLES))}"
             )
     if not (CAPTIONS / f"{_stem}.rst").is_file():
@@ -304,7 +304,7 @@ def get_summary_inputs(wildcards):
     Table 1, the rank-r heads, the identical weights, the gradient bottleneck, the head's
     weight diagnostics and the representation similarity when the config makes them (the
     summary builds from whatever the run has), and beside Table 1 EleutherAI's published
-    evaluations (lmsat.published)."""
+    evaluations (lmsat.data.published_evals)."""
     inputs = dict(loss=f"results/{RUN}/tables/loss.csv")
     if "saturation_verdicts" in PLANNED_TABLES:
         inputs["verdicts"] = f"results/{RUN}/tables/saturation_verdicts.csv"

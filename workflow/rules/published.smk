@@ -1,5 +1,5 @@
 # EleutherAI's published record of Pythia as a run (a suite with `source: published`;
-# lmsat.published_record): its tables and its summary page, from the CSV packaged with
+# lmsat.products.published_run): its tables and its summary page, from the CSV packaged with
 # lmsat. No model, no download, no GPU; seconds. Its figures are drawn by plot_figure
 # (lmsat.figures.published) and its tables rendered by render_table, as a model run's.
 

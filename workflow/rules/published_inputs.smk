@@ -1,5 +1,5 @@
 # The published record's helpers (its rule: published.smk).
-from lmsat.published import packaged_sha256
+from lmsat.data.published_evals import packaged_sha256
 
 # The packaged CSV reaches the job of summarize_published by its content, not its path (an
 # absolute path of the checkout or install as an input would replan the job, and all after

@@ -1,8 +1,8 @@
 # Staging: everything a compute job would otherwise fetch from the network, put on disk
-# first (lmsat.staging). Hub checkpoints: fetch.smk; here hub tokenizers, the prefix of each
+# first (lmsat.planning.staging). Hub checkpoints: fetch.smk; here hub tokenizers, the prefix of each
 # hub dataset corpus its jobs read, and lm-eval task datasets. These rules (and the fetch
-# rules: lmsat.staging.STAGING_RULES) are the only ones that reach the network; every other
-# job imports lmsat.offline (HF_HUB_OFFLINE=1, HF_DATASETS_OFFLINE=1) and fails in seconds,
+# rules: lmsat.planning.staging.STAGING_RULES) are the only ones that reach the network; every other
+# job imports lmsat.runtime.offline (HF_HUB_OFFLINE=1, HF_DATASETS_OFFLINE=1) and fails in seconds,
 # naming the missing staged file, if staging was skipped. Where they run is the profile's
 # choice (profiles/slurm: a transfer partition via set-resources, or the submit node with
 # config fetch.staging_on: submit_node). `snakemake stage_all` stages all but the
@@ -15,7 +15,7 @@ include: "staging_inputs.smk"
 
 
 if FETCH["staging_on"] == "submit_node":
-    # what `localrules:` compiles to, for the one list of staging rules (lmsat.staging)
+    # what `localrules:` compiles to, for the one list of staging rules (lmsat.planning.staging)
     workflow.localrules(*STAGING_RULES)
 
 

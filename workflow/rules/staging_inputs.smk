@@ -30,8 +30,8 @@ STAGED_DATASETS = f"results/{RUN}/staged/datasets"  # lm-eval's datasets cache
 
 def corpus_consumers(corpus):
     """Every job kind that reads hub corpus `corpus`, with its tokenizer and how far it reads
-    (lmsat.staging.CorpusConsumer): what stage_corpus must stage. Mirrors the budgets of
-    lmsat.corpus.build_sample, count_corpus_ngrams and build_head_cache."""
+    (lmsat.planning.staging.CorpusConsumer): what stage_corpus must stage. Mirrors the budgets of
+    lmsat.data.corpus.build_sample, count_corpus_ngrams and build_head_cache."""
     spec, sample = CONFIG["corpora"][corpus], CONFIG["sample"]
     cap = spec["max_documents"]
     consumers = []

@@ -1,7 +1,7 @@
 """Rule analyse_checkpoint: everything that needs one checkpoint's weights, from one load.
 
 The weights are loaded once, in the checkpoint's own dtype (float16 for Pythia: the stored
-values exactly), straight onto the job's device. The planned weights metrics (lmsat.metrics:
+values exactly), straight onto the job's device. The planned weights metrics (lmsat.products.metrics:
 the LM-head spectrum, the low-rank attention metrics) run there (float64 Grams and batched small factorisations, under a
 second on a GPU), the two weight hashes run in threads beside the forward, then the model
 is cast once, on the device, to the forward dtype and the eval sample goes through it into
@@ -13,8 +13,8 @@ cost more than either part on small models, so one job per checkpoint does both.
 """
 
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
-import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
-import lmsat.warm_start  # noqa: F401 (then: a local run's warm interpreter takes the job, if it serves it)
+import lmsat.runtime.offline  # noqa: F401 (first: compute jobs never reach the network)
+import lmsat.runtime.warm_start  # noqa: F401 (then: a local run's warm interpreter takes the job, if it serves it)
 
 import logging
 import time
@@ -22,19 +22,19 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
-from lmsat.cache import ExtractionSettings, extract_to_cache, open_cache
-from lmsat.corpus import read_sample
-from lmsat.integrity import verify_hdf5
-from lmsat.io import setup_logging
-from lmsat.metrics import METRICS, WeightsJob, finish_weights
-from lmsat.models import check_sequence_length, check_token_ids, job_device, load_causal_lm
-from lmsat.plan import ModelEntry
+from lmsat.checkpoints.loading import check_sequence_length, check_token_ids, job_device, load_causal_lm
+from lmsat.core.integrity import verify_hdf5
+from lmsat.core.io import setup_logging
+from lmsat.core.plan import ModelEntry
+from lmsat.data.corpus import read_sample
+from lmsat.data.hidden_states import ExtractionSettings, extract_to_cache, open_cache
+from lmsat.products.metrics import METRICS, WeightsJob, finish_weights
 
 log = logging.getLogger(__name__)
 
 
 def analyse_weights(lm, entry: ModelEntry, revision: str, params, pool=None) -> dict:
-    """Every planned weights metric of `lm` (lmsat.metrics, reads="weights"), on its device.
+    """Every planned weights metric of `lm` (lmsat.products.metrics, reads="weights"), on its device.
 
     -> {metric: result}; with `pool` a result may hold Futures (the head's hashes), which
     its metric's write resolves.

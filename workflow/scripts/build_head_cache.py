@@ -6,8 +6,8 @@ reference row).
 """
 
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
-import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
-import lmsat.warm_start  # noqa: F401 (then: a local run's warm interpreter takes the job, if it serves it)
+import lmsat.runtime.offline  # noqa: F401 (first: compute jobs never reach the network)
+import lmsat.runtime.warm_start  # noqa: F401 (then: a local run's warm interpreter takes the job, if it serves it)
 
 import logging
 
@@ -15,11 +15,17 @@ import h5py
 import numpy as np
 import torch
 
-from lmsat.corpus import CorpusError, build_token_pool, iter_documents, read_sample
-from lmsat.headcache import CacheSettings, build_head_cache, check_sample_alignment, draw_token_sets, full_head_reference
-from lmsat.io import library_versions, setup_logging, write_json
-from lmsat.models import check_sequence_length, check_token_ids, job_device, load_causal_lm, load_tokenizer
-from lmsat.plan import ModelEntry
+from lmsat.bottleneck.representation_cache import (
+    CacheSettings,
+    build_head_cache,
+    check_sample_alignment,
+    draw_token_sets,
+    full_head_reference,
+)
+from lmsat.checkpoints.loading import check_sequence_length, check_token_ids, job_device, load_causal_lm, load_tokenizer
+from lmsat.core.io import library_versions, setup_logging, write_json
+from lmsat.core.plan import ModelEntry
+from lmsat.data.corpus import CorpusError, build_token_pool, iter_documents, read_sample
 
 log = logging.getLogger(__name__)
 

@@ -6,14 +6,14 @@ evaluation jobs pass to lm-eval as include_path.
 """
 
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
-import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
-import lmsat.warm_start  # noqa: F401 (then: a local run's warm interpreter takes the job, if it serves it)
+import lmsat.runtime.offline  # noqa: F401 (first: compute jobs never reach the network)
+import lmsat.runtime.warm_start  # noqa: F401 (then: a local run's warm interpreter takes the job, if it serves it)
 
 import logging
 from pathlib import Path
 
-from lmsat.evaluation import write_offline_tasks
-from lmsat.io import setup_logging
+from lmsat.core.io import setup_logging
+from lmsat.saturation.downstream import write_offline_tasks
 
 log = logging.getLogger(__name__)
 

@@ -1,13 +1,14 @@
 """Rule build_synthetic_language: the synthetic language, its corpora and its tokenizer."""
 
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
-import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
-import lmsat.warm_start  # noqa: F401 (then: a local run's warm interpreter takes the job, if it serves it)
+import lmsat.runtime.offline  # noqa: F401 (first: compute jobs never reach the network)
+import lmsat.runtime.warm_start  # noqa: F401 (then: a local run's warm interpreter takes the job, if it serves it)
 
 from pathlib import Path
 
-from lmsat import synthetic, toy
-from lmsat.io import setup_logging, write_json
+from lmsat.core.io import setup_logging, write_json
+from lmsat.toy import language as synthetic
+from lmsat.toy import suite as toy
 
 
 def main(snakemake):

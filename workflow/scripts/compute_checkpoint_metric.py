@@ -1,13 +1,13 @@
 """Rule compute_checkpoint_metric: one registered cache metric of one checkpoint, as JSON."""
 
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
-import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
-import lmsat.warm_start  # noqa: F401 (then: a local run's warm interpreter takes the job, if it serves it)
+import lmsat.runtime.offline  # noqa: F401 (first: compute jobs never reach the network)
+import lmsat.runtime.warm_start  # noqa: F401 (then: a local run's warm interpreter takes the job, if it serves it)
 
-from lmsat.cache import open_cache
-from lmsat.corpus import read_sample
-from lmsat.io import setup_logging, source_sha256, write_json
-from lmsat.metrics import METRICS
+from lmsat.core.io import setup_logging, source_sha256, write_json
+from lmsat.data.corpus import read_sample
+from lmsat.data.hidden_states import open_cache
+from lmsat.products.metrics import METRICS
 
 
 def main(snakemake):

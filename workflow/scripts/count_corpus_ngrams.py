@@ -5,19 +5,19 @@ the language's true n-gram matrix is stored beside it.
 """
 
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
-import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
-import lmsat.warm_start  # noqa: F401 (then: a local run's warm interpreter takes the job, if it serves it)
+import lmsat.runtime.offline  # noqa: F401 (first: compute jobs never reach the network)
+import lmsat.runtime.warm_start  # noqa: F401 (then: a local run's warm interpreter takes the job, if it serves it)
 
 import json
 import logging
 
 import h5py
 
-from lmsat.corpus import iter_documents
-from lmsat.integrity import hdf5_checksums
-from lmsat.io import atomic_path, library_versions, setup_logging
-from lmsat.models import job_device, load_tokenizer
-from lmsat.ngram_werror import MAX_TRUTH_ORDER, corpus_spectrum, true_ngram_spectrum
+from lmsat.bottleneck.corpus_werror import MAX_TRUTH_ORDER, corpus_spectrum, true_ngram_spectrum
+from lmsat.checkpoints.loading import job_device, load_tokenizer
+from lmsat.core.integrity import hdf5_checksums
+from lmsat.core.io import atomic_path, library_versions, setup_logging
+from lmsat.data.corpus import iter_documents
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ def main(snakemake):
              spectrum["n_tokens"], spectrum["n_contexts"], spectrum["n_ngrams"], params.order, spectrum["vocab_size"])
     truth = None
     if snakemake.input.language:
-        from lmsat.synthetic import load_language
+        from lmsat.toy.language import load_language
 
         language = load_language(snakemake.input.language)
         if language.spec.order <= min(MAX_TRUTH_ORDER, params.order - 1):
@@ -53,7 +53,7 @@ def main(snakemake):
             **{k: spectrum[k] for k in ("n_tokens", "n_contexts", "n_ngrams", "vocab_size")},
             versions=json.dumps(library_versions(), sort_keys=True),
         )
-        f.attrs["checksums"] = hdf5_checksums({name: f[name][...] for name in f})  # lmsat.integrity
+        f.attrs["checksums"] = hdf5_checksums({name: f[name][...] for name in f})  # lmsat.core.integrity
 
 
 if __name__ == "__main__":

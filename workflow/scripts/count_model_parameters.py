@@ -1,27 +1,27 @@
 """Rule count_model_parameters: a model's parameter counts (non-embedding and total), as JSON.
 
 Read from the config of the model's final revision, never from its weights: GPT-NeoX configs
-are counted from their shapes (lmsat.scaling.count_model_parameters), other families by building
+are counted from their shapes (lmsat.saturation.scaling.count_model_parameters), other families by building
 the model on the meta device (no memory). Needs only config.json, on disk: the toy hub, a
 local directory, or the final checkpoint fetched by rule fetch_checkpoint.
 """
 
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
-import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
-import lmsat.warm_start  # noqa: F401 (then: a local run's warm interpreter takes the job, if it serves it)
+import lmsat.runtime.offline  # noqa: F401 (first: compute jobs never reach the network)
+import lmsat.runtime.warm_start  # noqa: F401 (then: a local run's warm interpreter takes the job, if it serves it)
 
 import logging
 import os
 
-from lmsat.io import setup_logging, write_json
-from lmsat.scaling import count_model_parameters
+from lmsat.core.io import setup_logging, write_json
+from lmsat.saturation.scaling import count_model_parameters
 
 log = logging.getLogger(__name__)
 
 
 def main(snakemake):
     setup_logging(snakemake.log[0])
-    from lmsat.plan import ModelEntry
+    from lmsat.core.plan import ModelEntry
 
     model = ModelEntry(**snakemake.params.model)
     os.environ["HF_HUB_OFFLINE"] = "1"  # on disk: never ask the hub

@@ -1,20 +1,20 @@
 """Rule evaluate_checkpoint: one lm-eval task on a model's best or final checkpoint, as JSON.
 
 The JSON holds the model, checkpoint kind, revision and task, a status, and lm-eval's
-results (lmsat.evaluation.run_lmeval). A task whose data must be downloaded by hand
+results (lmsat.saturation.downstream.run_lmeval). A task whose data must be downloaded by hand
 (storycloze_2016 without evaluation.storycloze_dir) is written with status "skipped" and the
 message saying how to get it, so that the other tasks and Table 1 still get built. A best
 checkpoint that is also the final one copies the final job's JSON instead of rerunning.
 """
 
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
-import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
-import lmsat.warm_start  # noqa: F401 (then: a local run's warm interpreter takes the job, if it serves it)
+import lmsat.runtime.offline  # noqa: F401 (first: compute jobs never reach the network)
+import lmsat.runtime.warm_start  # noqa: F401 (then: a local run's warm interpreter takes the job, if it serves it)
 
 import logging
 import os
 
-from lmsat.io import read_json, read_record, setup_logging, write_json
+from lmsat.core.io import read_json, read_record, setup_logging, write_json
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +29,7 @@ def main(snakemake):
         write_json(snakemake.output[0], {**final, **record, "reused_from": snakemake.input.same_as})
         return
 
-    # Offline (lmsat.offline): a hub task's datasets come from the cache rule stage_lmeval_task
+    # Offline (lmsat.runtime.offline): a hub task's datasets come from the cache rule stage_lmeval_task
     # filled (results/<run>/staged/datasets, beside the manifest's staged/lmeval/): found from
     # the manifest's own path, not the path it records, so a copied or moved run reads its own.
     # Read by datasets when imported, so set before any import.
@@ -39,10 +39,10 @@ def main(snakemake):
         os.environ["HF_DATASETS_CACHE"] = os.path.join(staged_dir, "datasets")
     import torch
 
-    from lmsat.checkpoints import check_weight_files
-    from lmsat.evaluation import ManualDownloadRequired, run_lmeval
-    from lmsat.models import job_device
-    from lmsat.plan import ModelEntry
+    from lmsat.checkpoints.loading import job_device
+    from lmsat.checkpoints.validation import check_weight_files
+    from lmsat.core.plan import ModelEntry
+    from lmsat.saturation.downstream import ManualDownloadRequired, run_lmeval
 
     torch.set_num_threads(snakemake.threads)
     model = ModelEntry(**params.model)
@@ -54,7 +54,7 @@ def main(snakemake):
     try:
         results = run_lmeval(
             target,
-            source.get("revision", params.revision),  # a pinned revision is its commit (lmsat.pins)
+            source.get("revision", params.revision),  # a pinned revision is its commit (lmsat.checkpoints.pins)
             [wildcards.task],
             **params.lmeval,
             device=job_device(snakemake),

@@ -1,6 +1,6 @@
 """Rule fetch_checkpoint: one revision of a hub model into a hub cache of its own.
 
-Transient hub faults are retried with backoff inside the job (lmsat.fetch); permanent ones
+Transient hub faults are retried with backoff inside the job (lmsat.checkpoints.fetch); permanent ones
 fail the job at once with a message naming model and revision. A fetch that would leave
 less than fetch.min_free_mb free first waits for other jobs to free space. The token, if
 any, is read from HF_TOKEN by huggingface_hub and never logged.
@@ -8,9 +8,9 @@ any, is read from HF_TOKEN by huggingface_hub and never logged.
 
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
 
-from lmsat.fetch import fetch_checkpoint, job_retry_policy
-from lmsat.io import setup_logging
-from lmsat.plan import ModelEntry
+from lmsat.checkpoints.fetch import fetch_checkpoint, job_retry_policy
+from lmsat.core.io import setup_logging
+from lmsat.core.plan import ModelEntry
 
 
 def main(snakemake):

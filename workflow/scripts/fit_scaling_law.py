@@ -2,7 +2,7 @@
 
 Inputs: results/tables/best_final.csv (each model's best and final checkpoint) and the
 parameter counts of results/params/{model}.json (for models whose n_params the config
-leaves at 0). Outputs (lmsat.tables.scaling_tables):
+leaves at 0). Outputs (lmsat.products.saturation_tables.scaling_tables):
   scaling_fit.csv        one row: A, alpha, their standard errors and 95% CIs, the fixed
                          B, beta, E, the settings, and the mean shortfall of the models
                          below min_params (the paper - ~8% final, ~4% best)
@@ -11,13 +11,14 @@ leaves at 0). Outputs (lmsat.tables.scaling_tables):
 """
 
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
-import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
-import lmsat.warm_start  # noqa: F401 (then: a local run's warm interpreter takes the job, if it serves it)
+import lmsat.runtime.offline  # noqa: F401 (first: compute jobs never reach the network)
+import lmsat.runtime.warm_start  # noqa: F401 (then: a local run's warm interpreter takes the job, if it serves it)
 
 import logging
 
-from lmsat.io import read_record, setup_logging
-from lmsat.tables import model_sizes, read_table, scaled_models, scaling_tables, write_csv
+from lmsat.core.io import read_record, setup_logging
+from lmsat.products.saturation_tables import model_sizes, scaled_models, scaling_tables
+from lmsat.products.table_files import read_table, write_csv
 
 log = logging.getLogger(__name__)
 

@@ -1,18 +1,19 @@
 """Rule make_table1: Table 1 (best vs final checkpoint per model) as CSV, Markdown and LaTeX.
 
-Rows are (model, checkpoint kind, revision) (lmsat.tables.table1); columns are
-lmsat.evaluation.METRICS of the configured tasks, with arrows for the better direction.
+Rows are (model, checkpoint kind, revision) (lmsat.products.saturation_tables.table1); columns are
+lmsat.saturation.downstream.METRICS of the configured tasks, with arrows for the better direction.
 Skipped tasks are missing (–).
 """
 
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
-import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
-import lmsat.warm_start  # noqa: F401 (then: a local run's warm interpreter takes the job, if it serves it)
+import lmsat.runtime.offline  # noqa: F401 (first: compute jobs never reach the network)
+import lmsat.runtime.warm_start  # noqa: F401 (then: a local run's warm interpreter takes the job, if it serves it)
 
 import logging
 
-from lmsat.io import read_record, setup_logging
-from lmsat.tables import table1, write_csv, write_table
+from lmsat.core.io import read_record, setup_logging
+from lmsat.products.saturation_tables import table1
+from lmsat.products.table_files import write_csv, write_table
 
 log = logging.getLogger(__name__)
 

@@ -2,13 +2,14 @@
 synthetic language against the curve of its true n-gram matrix."""
 
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
-import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
-import lmsat.warm_start  # noqa: F401 (then: a local run's warm interpreter takes the job, if it serves it)
+import lmsat.runtime.offline  # noqa: F401 (first: compute jobs never reach the network)
+import lmsat.runtime.warm_start  # noqa: F401 (then: a local run's warm interpreter takes the job, if it serves it)
 
-from lmsat.io import setup_logging
-from lmsat.ngram_werror import ground_truth_spectra
-from lmsat.synthetic import LanguageSpec, build_language
-from lmsat.tables import ngram_ground_truth_table, write_csv
+from lmsat.bottleneck.corpus_werror import ground_truth_spectra
+from lmsat.core.io import setup_logging
+from lmsat.products.bottleneck_tables import ngram_ground_truth_table
+from lmsat.products.table_files import write_csv
+from lmsat.toy.language import LanguageSpec, build_language
 
 
 def main(snakemake):

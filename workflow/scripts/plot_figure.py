@@ -1,12 +1,12 @@
 """Rule plot_figure: one figure of lmsat.figures.FIGURES from its tables."""
 
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
-import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
-import lmsat.warm_start  # noqa: F401 (then: a local run's warm interpreter takes the job, if it serves it)
+import lmsat.runtime.offline  # noqa: F401 (first: compute jobs never reach the network)
+import lmsat.runtime.warm_start  # noqa: F401 (then: a local run's warm interpreter takes the job, if it serves it)
 
+from lmsat.core.io import setup_logging
 from lmsat.figures import FIGURES
-from lmsat.io import setup_logging
-from lmsat.tables import read_table
+from lmsat.products.table_files import read_table
 
 
 def main(snakemake):
@@ -16,7 +16,7 @@ def main(snakemake):
     frames = {name: read_table(inputs[name]) for name in names}  # an optional one not planned: None
     options = dict(snakemake.params.options)
     if figure.entropy_rate:
-        from lmsat.synthetic import entropy_rate_of  # scipy: only for the figures that draw it
+        from lmsat.toy.language import entropy_rate_of  # scipy: only for the figures that draw it
 
         options["entropy_rate"] = entropy_rate_of(inputs.language)
     figure.plot(frames, [snakemake.output.png, snakemake.output.pdf], **options)

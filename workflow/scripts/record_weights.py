@@ -2,14 +2,14 @@
 local one, or a hub cache staged by hand), which every job that reads it depends on."""
 
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
-import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
-import lmsat.warm_start  # noqa: F401 (then: a local run's warm interpreter takes the job, if it serves it)
+import lmsat.runtime.offline  # noqa: F401 (first: compute jobs never reach the network)
+import lmsat.runtime.warm_start  # noqa: F401 (then: a local run's warm interpreter takes the job, if it serves it)
 
 import logging
 from pathlib import Path
 
-from lmsat.fingerprint import changed_files, weights_fingerprint
-from lmsat.io import setup_logging, write_json
+from lmsat.core.fingerprint import changed_files, weights_fingerprint
+from lmsat.core.io import setup_logging, write_json
 
 log = logging.getLogger(__name__)
 

@@ -2,14 +2,14 @@
 HTML page (Snakemake's report shows HTML inline; a CSV only as a download)."""
 
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
-import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
-import lmsat.warm_start  # noqa: F401 (then: a local run's warm interpreter takes the job, if it serves it)
+import lmsat.runtime.offline  # noqa: F401 (first: compute jobs never reach the network)
+import lmsat.runtime.warm_start  # noqa: F401 (then: a local run's warm interpreter takes the job, if it serves it)
 
 from pathlib import Path
 
-from lmsat.io import atomic_path, setup_logging
-from lmsat.report import table_page
-from lmsat.tables import read_table
+from lmsat.core.io import atomic_path, setup_logging
+from lmsat.products.report import table_page
+from lmsat.products.table_files import read_table
 
 
 def main(snakemake):

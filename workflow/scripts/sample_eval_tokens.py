@@ -1,12 +1,12 @@
 """Rule sample_eval_tokens: the eval token sample of one corpus x tokenizer."""
 
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
-import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
-import lmsat.warm_start  # noqa: F401 (then: a local run's warm interpreter takes the job, if it serves it)
+import lmsat.runtime.offline  # noqa: F401 (first: compute jobs never reach the network)
+import lmsat.runtime.warm_start  # noqa: F401 (then: a local run's warm interpreter takes the job, if it serves it)
 
-from lmsat.corpus import build_sample
-from lmsat.io import setup_logging
-from lmsat.models import load_tokenizer
+from lmsat.checkpoints.loading import load_tokenizer
+from lmsat.core.io import setup_logging
+from lmsat.data.corpus import build_sample
 
 
 def main(snakemake):

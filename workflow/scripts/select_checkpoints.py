@@ -1,19 +1,20 @@
 """Checkpoint select_checkpoints: each model's best and final revision, from loss.csv.
 
-results/tables/best_final.csv (lmsat.tables.select_checkpoints) has one row per model x
+results/tables/best_final.csv (lmsat.products.saturation_tables.select_checkpoints) has one row per model x
 kind (best = loss-minimising revision on the eval sample, final = last revision), with its
 step, tokens and loss. No provenance columns (unlike the final tables): its bytes change
 only when a selection does.
 """
 
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
-import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
-import lmsat.warm_start  # noqa: F401 (then: a local run's warm interpreter takes the job, if it serves it)
+import lmsat.runtime.offline  # noqa: F401 (first: compute jobs never reach the network)
+import lmsat.runtime.warm_start  # noqa: F401 (then: a local run's warm interpreter takes the job, if it serves it)
 
 import logging
 
-from lmsat.io import setup_logging
-from lmsat.tables import read_table, select_checkpoints, write_csv
+from lmsat.core.io import setup_logging
+from lmsat.products.saturation_tables import select_checkpoints
+from lmsat.products.table_files import read_table, write_csv
 
 log = logging.getLogger(__name__)
 

@@ -1,13 +1,13 @@
 """Rule stage_corpus: the prefix of a hub dataset corpus that its jobs read, as JSON lines
 (staging: reaches the dataset server). Consumers read it back offline, the same documents
-in the same order (lmsat.staging)."""
+in the same order (lmsat.planning.staging)."""
 
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
 
-from lmsat.fetch import job_retry_policy
-from lmsat.io import setup_logging
-from lmsat.models import load_tokenizer
-from lmsat.staging import stage_corpus
+from lmsat.checkpoints.fetch import job_retry_policy
+from lmsat.checkpoints.loading import load_tokenizer
+from lmsat.core.io import setup_logging
+from lmsat.planning.staging import stage_corpus
 
 
 def main(snakemake):

@@ -1,14 +1,14 @@
 """Rule stage_tokenizer: a hub tokenizer into a local directory (staging: reaches the hub).
 
 The only job that downloads it; every other job loads the saved copy offline
-(lmsat.models.load_tokenizer with the spec's `staged` directory).
+(lmsat.checkpoints.loading.load_tokenizer with the spec's `staged` directory).
 """
 
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
 
-from lmsat.fetch import job_retry_policy
-from lmsat.io import setup_logging
-from lmsat.staging import stage_tokenizer
+from lmsat.checkpoints.fetch import job_retry_policy
+from lmsat.core.io import setup_logging
+from lmsat.planning.staging import stage_tokenizer
 
 
 def main(snakemake):

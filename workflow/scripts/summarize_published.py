@@ -1,18 +1,18 @@
 """Rule summarize_published: the tables of EleutherAI's published record of Pythia
-(lmsat.published_record) and its summary page; one line per model's verdict in the log."""
+(lmsat.products.published_run) and its summary page; one line per model's verdict in the log."""
 
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
-import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
-import lmsat.warm_start  # noqa: F401 (then: a local run's warm interpreter takes the job, if it serves it)
+import lmsat.runtime.offline  # noqa: F401 (first: compute jobs never reach the network)
+import lmsat.runtime.warm_start  # noqa: F401 (then: a local run's warm interpreter takes the job, if it serves it)
 
 import logging
 import os
 from pathlib import Path
 
-from lmsat.io import atomic_path, setup_logging
-from lmsat.published import source
-from lmsat.published_record import summary_page, tables, verdict_line, verdict_summary
-from lmsat.tables import write_csv
+from lmsat.core.io import atomic_path, setup_logging
+from lmsat.data.published_evals import source
+from lmsat.products.published_run import summary_page, tables, verdict_line, verdict_summary
+from lmsat.products.table_files import write_csv
 
 log = logging.getLogger(__name__)
 

@@ -3,8 +3,8 @@ comparison table (results/tables/paper_comparison.csv) and EleutherAI's publishe
 of the run's Pythia checkpoints beside its own lm-eval results (results/tables/published_evals.csv)."""
 
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
-import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
-import lmsat.warm_start  # noqa: F401 (then: a local run's warm interpreter takes the job, if it serves it)
+import lmsat.runtime.offline  # noqa: F401 (first: compute jobs never reach the network)
+import lmsat.runtime.warm_start  # noqa: F401 (then: a local run's warm interpreter takes the job, if it serves it)
 
 import logging
 import os
@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from lmsat.io import atomic_path, read_record, setup_logging
-from lmsat.published import compare, published_evals
-from lmsat.published import source as published_source
-from lmsat.report import comparison_text, dynamics_rows, gradient_fact, key_numbers, paper_comparison, paper_values, summary_page
-from lmsat.tables import read_table, write_csv
+from lmsat.core.io import atomic_path, read_record, setup_logging
+from lmsat.data.published_evals import compare, published_evals
+from lmsat.data.published_evals import source as published_source
+from lmsat.products.report import comparison_text, dynamics_rows, gradient_fact, key_numbers, paper_comparison, paper_values, summary_page
+from lmsat.products.table_files import read_table, write_csv
 
 log = logging.getLogger(__name__)
 

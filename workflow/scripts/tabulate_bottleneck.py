@@ -1,15 +1,16 @@
 """Rule tabulate_bottleneck: the best learning rate per (model, r), the reference rows and
-the W-error of each model's own head (the tables behind Figs. 6 and 8: lmsat.tables.heads_tables),
+the W-error of each model's own head (the tables behind Figs. 6 and 8: lmsat.products.bottleneck_tables.heads_tables),
 models by size (params.models, the plan's order)."""
 
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
-import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
-import lmsat.warm_start  # noqa: F401 (then: a local run's warm interpreter takes the job, if it serves it)
+import lmsat.runtime.offline  # noqa: F401 (first: compute jobs never reach the network)
+import lmsat.runtime.warm_start  # noqa: F401 (then: a local run's warm interpreter takes the job, if it serves it)
 
 import logging
 
-from lmsat.io import setup_logging
-from lmsat.tables import heads_tables, monotone_violations, read_head_inputs, write_csv
+from lmsat.core.io import setup_logging
+from lmsat.products.bottleneck_tables import heads_tables, monotone_violations, read_head_inputs
+from lmsat.products.table_files import write_csv
 
 log = logging.getLogger(__name__)
 

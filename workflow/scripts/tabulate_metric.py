@@ -1,14 +1,15 @@
-"""Rule tabulate_metric: one table of a registered metric (lmsat.metrics) from its
+"""Rule tabulate_metric: one table of a registered metric (lmsat.products.metrics) from its
 per-checkpoint files and the tables it needs, each checkpoint's row marked on_disk or not,
 written with its provenance."""
 
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
-import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
-import lmsat.warm_start  # noqa: F401 (then: a local run's warm interpreter takes the job, if it serves it)
+import lmsat.runtime.offline  # noqa: F401 (first: compute jobs never reach the network)
+import lmsat.runtime.warm_start  # noqa: F401 (then: a local run's warm interpreter takes the job, if it serves it)
 
-from lmsat.io import setup_logging
-from lmsat.metrics import METRICS
-from lmsat.tables import mark_on_disk, read_table, write_csv
+from lmsat.core.io import setup_logging
+from lmsat.products.metrics import METRICS
+from lmsat.products.table_files import read_table, write_csv
+from lmsat.products.table_rows import mark_on_disk
 
 
 def main(snakemake):

@@ -1,11 +1,12 @@
 """Rule tabulate_ngrams: W-error(d) of every corpus x tokenizer n-gram matrix (Fig. 7's table)."""
 
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
-import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
-import lmsat.warm_start  # noqa: F401 (then: a local run's warm interpreter takes the job, if it serves it)
+import lmsat.runtime.offline  # noqa: F401 (first: compute jobs never reach the network)
+import lmsat.runtime.warm_start  # noqa: F401 (then: a local run's warm interpreter takes the job, if it serves it)
 
-from lmsat.io import setup_logging
-from lmsat.tables import ngram_werror_table, write_csv
+from lmsat.core.io import setup_logging
+from lmsat.products.bottleneck_tables import ngram_werror_table
+from lmsat.products.table_files import write_csv
 
 
 def main(snakemake):

@@ -1,14 +1,14 @@
 """Rule train_rank_head: one rank-r head W = A B of one model at one peak learning rate.
 
-Trained on the cached pairs with Pythia's recipe (`lmsat.heads.train_head`; params.settings
-are HeadTrainConfig fields, `lmsat.bottleneck.head_train_fields`), resumable:
+Trained on the cached pairs with Pythia's recipe (`lmsat.bottleneck.rank_heads.train_head`; params.settings
+are HeadTrainConfig fields, `lmsat.bottleneck.rank_grid.head_train_fields`), resumable:
 the state is saved under params.state_dir while it runs and resumed after a kill, then
 removed once the result is written.
 """
 
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
-import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
-import lmsat.warm_start  # noqa: F401 (then: a local run's warm interpreter takes the job, if it serves it)
+import lmsat.runtime.offline  # noqa: F401 (first: compute jobs never reach the network)
+import lmsat.runtime.warm_start  # noqa: F401 (then: a local run's warm interpreter takes the job, if it serves it)
 
 import logging
 import time
@@ -17,9 +17,10 @@ from dataclasses import asdict
 import numpy as np
 import torch
 
-from lmsat.heads import HeadTrainConfig, ShardedRepresentations, stale_states, state_file, train_head
-from lmsat.io import check_identity, read_json, setup_logging, write_json
-from lmsat.models import job_device
+from lmsat.bottleneck.rank_heads import HeadTrainConfig, stale_states, state_file, train_head
+from lmsat.bottleneck.representation_cache import ShardedRepresentations
+from lmsat.checkpoints.loading import job_device
+from lmsat.core.io import check_identity, read_json, setup_logging, write_json
 
 log = logging.getLogger(__name__)
 

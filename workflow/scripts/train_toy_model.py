@@ -1,18 +1,19 @@
 """Rule train_toy_model: train one toy GPT-NeoX and publish its checkpoints as revisions."""
 
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
-import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
-import lmsat.warm_start  # noqa: F401 (then: a local run's warm interpreter takes the job, if it serves it)
+import lmsat.runtime.offline  # noqa: F401 (first: compute jobs never reach the network)
+import lmsat.runtime.warm_start  # noqa: F401 (then: a local run's warm interpreter takes the job, if it serves it)
 
 from pathlib import Path
 
 import torch
 from transformers import AutoTokenizer
 
-from lmsat import hub, toy
-from lmsat.fingerprint import weights_fingerprint
-from lmsat.io import setup_logging, write_json
-from lmsat.plan import ModelEntry
+from lmsat.checkpoints import local_hub as hub
+from lmsat.core.fingerprint import weights_fingerprint
+from lmsat.core.io import setup_logging, write_json
+from lmsat.core.plan import ModelEntry
+from lmsat.toy import suite as toy
 
 
 def main(snakemake):

@@ -1,13 +1,13 @@
 """Rule write_storycloze_task: a storycloze_2016 task reading the manually downloaded CSVs."""
 
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
-import lmsat.offline  # noqa: F401 (first: compute jobs never reach the network)
-import lmsat.warm_start  # noqa: F401 (then: a local run's warm interpreter takes the job, if it serves it)
+import lmsat.runtime.offline  # noqa: F401 (first: compute jobs never reach the network)
+import lmsat.runtime.warm_start  # noqa: F401 (then: a local run's warm interpreter takes the job, if it serves it)
 
 from pathlib import Path
 
-from lmsat.evaluation import write_storycloze_task
-from lmsat.io import setup_logging
+from lmsat.core.io import setup_logging
+from lmsat.saturation.downstream import write_storycloze_task
 
 
 def main(snakemake):

@@ -12,7 +12,7 @@ settings that decide them (extraction, seed, spectra; default: the schema's defa
 settings): another sample, so other numbers than a run on another corpus. Without --config,
 its size is the one `lmsat init` writes into a run's config for that text and model (and
 SaturationCallback takes): sequences of 2048 tokens capped at the model's context, half the
-text's windows, at most 50,000 tokens (lmsat.corpus.text_sample_size); it is printed, and
+text's windows, at most 50,000 tokens (lmsat.data.corpus.text_sample_size); it is printed, and
 --seq-len and --n-tokens set it.
 """
 
@@ -54,9 +54,13 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    import lmsat.offline  # noqa: F401 (first: nothing here reaches the network)
+    import lmsat.runtime.offline  # noqa: F401 (first: nothing here reaches the network)
 
-    from lmsat.analysis import (
+    from lmsat.checkpoints.loading import ModelLoadError, resolve_device
+    from lmsat.data.corpus import CorpusError, read_sample
+    from lmsat.data.hidden_states import CacheError
+    from lmsat.errors import ConfigError
+    from lmsat.standalone.analyse import (
         AnalyseError,
         analyse_checkpoint,
         find_tokenizer,
@@ -65,10 +69,6 @@ def run(args) -> int:
         sample_settings,
         text_sample,
     )
-    from lmsat.cache import CacheError
-    from lmsat.config import ConfigError
-    from lmsat.corpus import CorpusError, read_sample
-    from lmsat.models import ModelLoadError, resolve_device
 
     try:
         checkpoint = resolve_checkpoint(args.checkpoint, args.revision)
@@ -94,7 +94,7 @@ def run(args) -> int:
                 path = args.save_sample or Path(scratch) / "sample.h5"
                 tokens, sample = text_sample(args.text, tokenizer_dir, path, settings)
                 origin = {"kind": "text", "files": [str(f) for f in args.text], "saved": str(path) if args.save_sample else None,
-                          "rule": "built as rule sample_eval_tokens builds the eval sample (lmsat.corpus.build_sample)",
+                          "rule": "built as rule sample_eval_tokens builds the eval sample (lmsat.data.corpus.build_sample)",
                           "settings": {**settings["sample"], "seed": settings["seed"]}, "chosen": size.how}
             else:
                 origin = None

@@ -13,7 +13,7 @@ discovers the checkpoints again at every planning (a run still training gets its
 checkpoints analysed by the next `snakemake`), plans nothing that needs the network, a
 scaling fit only for two model sizes or more, and is checked by planning before it is written.
 The eval sample's size is chosen as `lmsat analyse --text` and SaturationCallback choose it
-(lmsat.corpus.text_sample_size). --bottleneck adds rank-constrained heads (Figs. 6, 8) for
+(lmsat.data.corpus.text_sample_size). --bottleneck adds rank-constrained heads (Figs. 6, 8) for
 the models narrower than d=1000. It prints where the run writes (results/<run>/).
 """
 
@@ -28,10 +28,11 @@ from pathlib import Path
 
 import yaml
 
-from lmsat import rundir
-from lmsat.config import load_plan, load_yaml
+from lmsat.checkpoints import trainer_runs as rundir
+from lmsat.core.names import PATH_NAME_PATTERN
 from lmsat.errors import ConfigError
-from lmsat.names import PATH_NAME_PATTERN
+from lmsat.planning.config_files import load_yaml
+from lmsat.planning.load import load_plan
 
 REPO = Path(__file__).resolve().parents[3]  # src/lmsat/commands/init.py -> the repository
 SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
@@ -78,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def path_name(name: str) -> str:
-    """`name` as a safe path component (lmsat.names.PATH_NAME_PATTERN)."""
+    """`name` as a safe path component (lmsat.core.names.PATH_NAME_PATTERN)."""
     safe = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-._")[:200] or "run"
     if not re.fullmatch(PATH_NAME_PATTERN, safe):
         safe = "run-" + safe
@@ -146,11 +147,11 @@ def tokens_per_step(folder: Path, glob: str, given: int | None, key: str) -> tup
 
 
 def sample_size(text: list[Path], tokenizer_dir: Path, context: tuple[str, int] | None):
-    """The eval sample the text gives the models (lmsat.corpus.text_sample_size: the rule
+    """The eval sample the text gives the models (lmsat.data.corpus.text_sample_size: the rule
     `lmsat analyse --text` and SaturationCallback follow too, so they draw the same sample):
     sequences of the context (at most 2048), half the text's windows, at most 50k tokens."""
-    from lmsat.corpus import CorpusError, text_sample_size
-    from lmsat.models import load_tokenizer
+    from lmsat.checkpoints.loading import load_tokenizer
+    from lmsat.data.corpus import CorpusError, text_sample_size
 
     tokenizer = load_tokenizer(dict(source="local", id=str(tokenizer_dir), revision="main"), "own")
     try:
@@ -205,7 +206,7 @@ def build_config(args: argparse.Namespace) -> tuple[dict, dict]:
     for path in args.text:
         if not path.is_file():
             raise InitError(f"--text {path}: no such file")
-    from lmsat.models import context_length
+    from lmsat.checkpoints.loading import context_length
 
     contexts = [found for m in models
                 if (found := context_length(rundir.read_config(Path(m["id"]) / notes["folders"][m["name"]][-1][0])))]
@@ -244,9 +245,9 @@ def bottleneck_section(config: dict, train_text: list[Path], size, tokenizer_dir
     BOTTLENECK_TRAIN_TOKENS) or the rest of those windows; ranks: powers of 2 (of 4 past
     BOTTLENECK_RANKS of them) below the narrowest model's d, and d; the paper's 286 steps,
     each of about one 286th of the train pairs, its learning-rate grid."""
-    from lmsat.bottleneck import windows_per_shard
-    from lmsat.corpus import document_lengths, iter_documents, pool_tokens
-    from lmsat.models import load_tokenizer
+    from lmsat.bottleneck.rank_grid import windows_per_shard
+    from lmsat.checkpoints.loading import load_tokenizer
+    from lmsat.data.corpus import document_lengths, iter_documents, pool_tokens
 
     models = config["suites"][config["run"]]["models"]
     narrow = [m for m in models if m["hidden_size"] < BOTTLENECK_WIDTH] or models
@@ -296,12 +297,12 @@ def scaling_section(config: dict) -> dict:
     sizes or more (B = E = 0: the published B, beta, E describe web text and 1e9+ tokens,
     not this run), else no Fig. 1b."""
     plan = load_plan(dict(config, scaling=dict(enabled=False)), SCHEMA)
-    from lmsat.scaling import config_parameter_counts
+    from lmsat.saturation.scaling import config_parameter_counts
 
     sizes = {}
     for name, model in plan.models.items():
         counts = config_parameter_counts(rundir.read_config(Path(model.id) / model.final_revision))
-        if counts:  # every family lmsat.adapters knows
+        if counts:  # every family lmsat.checkpoints.adapters knows
             sizes[name] = counts["non_embedding"]
     if len(set(sizes.values())) < 2 or len(sizes) < len(plan.models):
         return dict(enabled=False)
@@ -345,7 +346,7 @@ def commented(config: dict, notes: dict, command: str, output: Path) -> str:
         + "".join(f"#   {line}\n" for line in textwrap.wrap(notes["sample"].describe(), 92)),
         dump({"corpora": config["corpora"], "sample": config["sample"]}),
         dump({"extraction": config["extraction"]}),
-        "# null: every registered metric (lmsat.metrics): loss, anisotropy, effective rank, head spectra, attention.\n",
+        "# null: every registered metric (lmsat.products.metrics): loss, anisotropy, effective rank, head spectra, attention.\n",
         "metrics: null\n",
         "# No Table 1 (lm-eval's tasks are on the hub), no n-gram W-error or ground truth (the toy\n"
         "# suite's)" + (".\n" if config["bottleneck"]["models"] else

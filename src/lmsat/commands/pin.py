@@ -1,4 +1,4 @@
-"""`lmsat pin-revisions`: write the pins files a config cites (lmsat.pins), from the commits of
+"""`lmsat pin-revisions`: write the pins files a config cites (lmsat.checkpoints.pins), from the commits of
 each model's branch. Run it where the hub is reachable; planning then reads the files offline.
 
     python -m lmsat pin-revisions --configfile config/pico.yaml
@@ -17,7 +17,7 @@ import argparse
 import datetime
 from pathlib import Path
 
-from lmsat import pins
+from lmsat.checkpoints import pins
 from lmsat.errors import ConfigError, FetchError
 
 REPO = Path(__file__).resolve().parents[3]  # src/lmsat/commands/pin.py -> the repository
@@ -90,7 +90,7 @@ def pin_model(name: str, model_id: str, spec: dict, key: str, clone: Path | None
 
 
 def run(args: argparse.Namespace) -> int:
-    from lmsat.config import load_yaml, validate_config
+    from lmsat.planning.config_files import load_yaml, validate_config
 
     config = validate_config(load_yaml(args.configfile), load_yaml(SCHEMA))
     models = pinned_models(config)

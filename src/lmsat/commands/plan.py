@@ -7,7 +7,7 @@ The DAG is Snakemake's dry run (`snakemake -n`, with the profile if given, in --
 jobs already done there are not planned again). It says, per job, its rule, wildcards,
 resources and benchmark file; from those and the validated config this command reports:
 
-- jobs by kind (network staging: the rules of lmsat.staging.STAGING_RULES; GPU: gpu >= 1;
+- jobs by kind (network staging: the rules of lmsat.planning.staging.STAGING_RULES; GPU: gpu >= 1;
   local: `localrule`s on the submitting node; CPU: the rest) and by rule;
 - bytes to download: each fetch job's checkpoint, estimated_parameters x fetch.bytes_per_param;
 - disk at peak under the fetch settings, and the results' final size (hidden-state caches,
@@ -17,7 +17,7 @@ resources and benchmark file; from those and the validated config this command r
   the rule's mean scaled by parameters), else the stated model below, else the rule's
   runtime limit (an upper bound, said so). Each line says for how many of its jobs the
   estimate is, and a kind none of whose jobs has a time gets no estimate, said so (not 0.0). A job of a local run forked by the warm
-  interpreter (lmsat.warm) did not pay its interpreter's start-up, which a cluster job does
+  interpreter (lmsat.runtime.warm) did not pay its interpreter's start-up, which a cluster job does
   (TIME_MODEL's start_s): measured on a laptop, a cluster's hours come out low by that much.
 
 The stated model of a per-checkpoint GPU job (and of the head-cache forward) is the physical
@@ -145,7 +145,7 @@ def measured_seconds(directory: Path, run: str) -> dict[str, dict[str, list[floa
 
 
 def cache_bytes(model, sample: dict, extraction: dict) -> int:
-    """Bytes of one hidden-state cache (lmsat.cache's layout): per-token losses (float32),
+    """Bytes of one hidden-state cache (lmsat.data.hidden_states's layout): per-token losses (float32),
     the last layer's states and a `layer_sample` of every layer's, in the storage dtype."""
     n_seq = math.ceil(sample["n_tokens"] / sample["seq_len"])
     tokens = n_seq * sample["seq_len"]
@@ -155,7 +155,7 @@ def cache_bytes(model, sample: dict, extraction: dict) -> int:
 
 
 def head_cache_bytes(model, bottleneck: dict) -> int:
-    """Bytes of a model's rank-head training and eval pairs (lmsat.headcache): hidden states
+    """Bytes of a model's rank-head training and eval pairs (lmsat.bottleneck.representation_cache): hidden states
     in the storage dtype and int64 targets, for train_tokens + eval_tokens."""
     tokens = bottleneck["train_tokens"] + bottleneck["eval_tokens"]
     return tokens * (DTYPE_BYTES[bottleneck["storage_dtype"]] * model.hidden_size + 8)
@@ -165,7 +165,7 @@ def model_seconds(job: Job, model, config: dict) -> float | None:
     """TIME_MODEL's seconds for a forward rule's or a fetch's job (None for other rules)."""
     if model is None or job.rule not in FORWARD_RULES + FETCH_RULES:
         return None
-    from lmsat.fetch import estimated_parameters
+    from lmsat.checkpoints.fetch import estimated_parameters
 
     params = estimated_parameters(model)
     if job.rule in FETCH_RULES:
@@ -211,9 +211,9 @@ class Estimate:
 
 
 def estimate(jobs: list[Job], plan, directory: Path, gpus: int, disk_mb: float | None) -> Estimate:
-    """The plan's costs from its jobs and the validated config (`plan`: lmsat.config.Plan)."""
-    from lmsat.fetch import checkpoint_disk_mb, estimated_parameters
-    from lmsat.staging import STAGING_RULES
+    """The plan's costs from its jobs and the validated config (`plan`: lmsat.core.plan.Plan)."""
+    from lmsat.checkpoints.fetch import checkpoint_disk_mb, estimated_parameters
+    from lmsat.planning.staging import STAGING_RULES
 
     config, models = plan.config, plan.models
     by_kind = Counter(kind(job, STAGING_RULES) for job in jobs)
@@ -384,7 +384,9 @@ DEFAULT_CONFIG = ROOT / "config" / "config.yaml"
 def load(configfile: str | None):
     """The validated plan of `configfile`, as common.smk loads it (an unnamed run named after
     the file, the default config's `default`); a file that is no config is a ConfigFileError."""
-    from lmsat.config import load_plan, load_yaml, read_config_files, run_of_config_file
+    from lmsat.planning.config_files import load_yaml, read_config_files
+    from lmsat.planning.load import load_plan
+    from lmsat.planning.slicing import run_of_config_file
 
     path = str(configfile or DEFAULT_CONFIG)
     schema = load_yaml(ROOT / "workflow" / "schemas" / "config.schema.yaml")

@@ -1,6 +1,6 @@
 """Figures of the softmax bottleneck (Godey et al. 2024, Figs. 6, 7, 8) and the ground truth.
 
-Each draws from a tidy table (`lmsat.tables.heads_tables`, `lmsat.ngram_werror`), saves
+Each draws from a tidy table (`lmsat.products.bottleneck_tables.heads_tables`, `lmsat.bottleneck.corpus_werror`), saves
 every path it is given (PNG and PDF) and returns the figure. Models are drawn by size
 (`in_table_order`).
 

@@ -1,6 +1,6 @@
 """Figures of representation degeneration (Godey et al. 2024, Figs. 2-5, and low-rank attention).
 
-Each function draws one figure from a tidy table of `lmsat.degeneration`, saves every path it
+Each function draws one figure from a tidy table of `lmsat.degeneration.weight_files`, saves every path it
 is given (PNG and PDF) and returns the figure. Models are drawn by size (`in_table_order`).
 Training time is on a log axis of tokens, so step 0 (0 tokens) is left out of the
 along-training panels, as in Fig. 1a. Revisions whose LM head or input embedding is

@@ -17,7 +17,7 @@ from lmsat.figures.registry import figure
 from lmsat.figures.style import colours, in_table_order, label_grid, log_axis, note, panel_grid, plt, save_figure
 
 DYNAMICS = "Training dynamics: similarity and weight diagnostics"
-HEAD = "head"  # the LM head's matrix name (lmsat.weight_diagnostics.HEAD)
+HEAD = "head"  # the LM head's matrix name (lmsat.degeneration.weight_diagnostics.HEAD)
 
 
 @figure("representation_similarity", tables=("representation_similarity",), target="representation_similarity",

@@ -1,4 +1,4 @@
-"""Figures of EleutherAI's published record of Pythia (lmsat.published_record): the
+"""Figures of EleutherAI's published record of Pythia (lmsat.products.published_run): the
 counterparts of Fig. 1a and Fig. 1b, drawn from LAMBADA last-word perplexity as an older
 lm-eval harness measured it, not from the Pile validation loss the paper plots.
 

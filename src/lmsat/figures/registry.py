@@ -4,7 +4,7 @@
             title="Fig. 1a: loss along training", entropy_rate="sample", cites=("best_final",))
     def plot_loss_curves(table, paths, entropy_rate=None): ...
 
-A figure names the tables it draws (metric tables of lmsat.metrics or tables other rules
+A figure names the tables it draws (metric tables of lmsat.products.metrics or tables other rules
 write; the workflow knows both), and is planned exactly when all of them are. Its caption is
 workflow/report/<stem>.rst; the workflow draws it with rule plot_figure. This module imports
 no matplotlib, pandas or torch (the workflow reads FIGURES at DAG time).

@@ -109,7 +109,7 @@ def law_curve(n_params, tokens, n_grid, **constants) -> np.ndarray:
     log_n = np.log(np.asarray(n_params, dtype=np.float64)[order])
     log_t = np.log(np.asarray(tokens, dtype=np.float64)[order])
     grid_tokens = np.exp(np.interp(np.log(n_grid), log_n, log_t))
-    from lmsat.scaling import predict  # here: scipy is not needed at DAG time (FIGURES)
+    from lmsat.saturation.scaling import predict  # here: scipy is not needed at DAG time (FIGURES)
 
     return predict(n_grid, grid_tokens, **constants)
 

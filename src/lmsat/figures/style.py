@@ -3,7 +3,7 @@ and the one order of models.
 
 Models are drawn by size everywhere, smallest first (panels row by row, legend entries,
 colours from light-on-dark viridis). The order is the table's: every tidy table is written in
-the plan's order (`lmsat.config.by_size`: suite by suite, then non-embedding parameters,
+the plan's order (`lmsat.planning.model_entries.by_size`: suite by suite, then non-embedding parameters,
 depth, width), so `in_table_order` keeps first appearance and no figure sorts on its own
 (a sort by width or name would disagree with by_size, e.g. Pythia-1b and 1.4b share d=2048).
 
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from lmsat.core.io import atomic_path
 from lmsat.figures.numbers import compact_number as compact_number  # re-exported for the plots
-from lmsat.io import atomic_path
 
 
 class _Pyplot:
@@ -49,7 +49,7 @@ IDENTICAL_NOTE = "hollow/dashed: head or embedding bit-identical to another revi
 
 def in_table_order(table, column: str = "model") -> list:
     """The distinct values of `column` in order of first appearance: for models, by size (every
-    table is written in the plan's order, lmsat.config.by_size)."""
+    table is written in the plan's order, lmsat.planning.model_entries.by_size)."""
     return list(dict.fromkeys(table[column]))
 
 

@@ -1,4 +1,4 @@
-"""lm-eval task YAML templates (`*.yaml.in`) that `lmsat.evaluation` fills and writes out.
+"""lm-eval task YAML templates (`*.yaml.in`) that `lmsat.saturation.downstream` fills and writes out.
 
 They are templates, not tasks: their data paths are placeholders, and their suffix keeps
 lm-eval's TaskManager from indexing this directory. `write_offline_tasks` and

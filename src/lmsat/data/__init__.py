@@ -1,0 +1,1 @@
+"""The data the measures read: eval corpora and token samples, the hidden-state cache, EleutherAI's published evaluations."""
