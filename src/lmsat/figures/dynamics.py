@@ -16,7 +16,7 @@ import pandas as pd
 from lmsat.figures.registry import figure
 from lmsat.figures.style import colours, in_table_order, label_grid, log_axis, note, panel_grid, plt, save_figure
 
-DYNAMICS = "Training dynamics: similarity and weight diagnostics"
+DYNAMICS = "Training dynamics"  # short: the report's menu widens to its longest category
 HEAD = "head"  # the LM head's matrix name (lmsat.degeneration.weight_diagnostics.HEAD)
 
 

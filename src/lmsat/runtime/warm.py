@@ -161,11 +161,11 @@ def hand_off() -> None:
         )
         _send(sock, request, STDIO)
         reply, pidfds = _receive(sock, max_fds=1)
-    except OSError:
-        reply, pidfds = None, []  # no warm interpreter (any more): this process runs the job
+    except OSError as error:  # no warm interpreter (any more): this process runs the job
+        reply, pidfds = {"declined": f"no warm interpreter answers at {path}: {error}"}, []
     if reply is None or "declined" in reply:
-        if reply is not None:
-            print(f"lmsat.runtime.warm: this job starts its own interpreter ({reply['declined']})", file=sys.stderr)
+        why = reply["declined"] if reply is not None else "the warm interpreter closed the connection"
+        print(f"lmsat.runtime.warm: this job starts its own interpreter ({why})", file=sys.stderr)
         sock.close()
         return
     pid = reply["pid"]
@@ -274,9 +274,10 @@ def _environment_difference(job: dict, base: dict) -> list[str]:
 
 
 class _Server:
-    def __init__(self, socket_path: str, parent: int, log_path: str):
+    def __init__(self, listener: socket.socket, parent: int, log_path: str):
         self.parent = parent
         self.log = open(log_path, "a", buffering=1)
+        self.listener = listener
         importlib.import_module("lmsat.runtime.offline")  # what a compute job's environment holds when it hands off
         self.base_env = dict(os.environ)
         # The source the jobs run is what this process imports, from now on: a job forked here
@@ -286,9 +287,6 @@ class _Server:
         self.source_root = Path(sys.modules["lmsat"].__file__).resolve().parent
         self.source = _source_state(self.source_root)
         importlib.import_module("lmsat.core.io").source_sha256()
-        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.listener.bind(socket_path)
-        self.listener.listen(64)
         self.running: dict[int, tuple[socket.socket, float, str]] = {}  # pid -> (connection, start, script)
         self.killed: dict[int, float] = {}  # pid -> when SIGTERM was sent
         self.refusing: str | None = None
@@ -570,12 +568,22 @@ def start(log_path: str, jobs: int, local: bool, enabled: bool = True) -> str | 
     os.environ[SOCKET_VARIABLE] = socket_path
     env = dict(os.environ, **{v: "1" for v in THREAD_VARIABLES})
     src = str(Path(__file__).resolve().parents[1])  # this lmsat's, first on sys.path as in a job
+    # The socket listens before any job starts: a job that connects while the warm interpreter
+    # still starts and imports waits in the backlog for its answer (it would otherwise find no
+    # socket and run in its own interpreter).
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(socket_path)
+    listener.listen(128)
     code = "import sys; sys.path[:0] = [sys.argv[1]]; import lmsat.runtime.warm as warm; warm.main(sys.argv[2:])"
-    command = [sys.executable, "-c", code, src, socket_path, str(os.getpid()), log_path]
-    with open(log_path, "a") as log:
-        _server = subprocess.Popen(
-            command, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
-        )
+    command = [sys.executable, "-c", code, src, socket_path, str(os.getpid()), log_path, str(listener.fileno())]
+    try:
+        with open(log_path, "a") as log:
+            _server = subprocess.Popen(
+                command, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+                pass_fds=(listener.fileno(),),
+            )
+    finally:
+        listener.close()  # the warm interpreter's copy is the one that accepts
     return None
 
 
@@ -603,8 +611,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("socket")
     parser.add_argument("parent", type=int, help="the Snakemake process: gone, the warm interpreter ends")
     parser.add_argument("log")
+    parser.add_argument("listener", type=int, help="the descriptor of the socket, listening already")
     args = parser.parse_args(argv)
-    server = _Server(args.socket, args.parent, args.log)
+    server = _Server(socket.socket(fileno=args.listener), args.parent, args.log)
     try:
         server.serve(list(PRELOAD))
     finally:  # only the warm interpreter reaches here: a forked job ends in os._exit
