@@ -594,7 +594,7 @@ def test_scripts_import_lmsat_from_the_workflows_own_src_first(tmp_path):
     assert result.returncode != 0  # without the shim it is not importable here
     result = subprocess.run([sys.executable, "-S", "-c", code, str(scripts)], capture_output=True, text=True, env=env)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == str(ROOT / "src" / "lmsat" / "io.py")  # lmsat.core.io needs only the stdlib
+    assert result.stdout.strip() == str(ROOT / "src" / "lmsat" / "core" / "io.py")  # lmsat.core.io needs only the stdlib
 
     # Another checkout's lmsat ahead on sys.path (an editable install of it), and this src/
     # appended behind it, as Snakemake's script preamble does: the shim still wins.
@@ -610,7 +610,7 @@ def test_scripts_import_lmsat_from_the_workflows_own_src_first(tmp_path):
         capture_output=True, text=True, env=env,
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == str(ROOT / "src" / "lmsat" / "io.py")
+    assert result.stdout.strip() == str(ROOT / "src" / "lmsat" / "core" / "io.py")
 
 
 def test_pytest_imports_this_checkouts_lmsat_before_any_other(tmp_path):

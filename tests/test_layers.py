@@ -299,3 +299,13 @@ def test_the_package_docstring_states_the_layers():
     doc = lmsat.__doc__
     for name in ("leaves", "data access", "compute", "registries", "orchestration"):
         assert name in doc.lower(), f"lmsat/__init__.py's docstring does not name the layer {name!r}"
+
+
+def test_docs_layout_draws_every_folder_and_module():
+    """docs/layout.md's tree names each folder of src/lmsat and each module in it."""
+    text = (SRC.parent / "docs" / "layout.md").read_text(encoding="utf-8")
+    tree = text.split("```text", 1)[1].split("```", 1)[0]
+    for module, path in MODULES.items():
+        name = path.parent.name + "/" if path.name == "__init__.py" else path.name
+        if module != "lmsat":
+            assert name in tree.split(), f"docs/layout.md's tree does not name {path.relative_to(SRC)}"

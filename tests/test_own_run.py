@@ -26,7 +26,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from lmsat.checkpoints import trainer_runs as rundir
+from lmsat.checkpoints import trainer_runs
 from lmsat.errors import ConfigError
 from lmsat.planning.config_files import load_yaml
 from lmsat.planning.load import load_plan
@@ -140,7 +140,7 @@ def test_init_reads_steps_architecture_tokens_and_tokenizer_of_a_trainer_run(sma
     assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4", "checkpoint-6"]
     # no num_input_tokens_seen (Trainer's default): read from total_flos, never training_args.bin
     assert json.loads((out / "checkpoint-6" / "trainer_state.json").read_text()).get("num_input_tokens_seen", 0) == 0
-    count, how = rundir.tokens_per_step(out / "checkpoint-6")
+    count, how = trainer_runs.tokens_per_step(out / "checkpoint-6")
     assert count == 4 * SEQ and "total_flos" in how
     done = init(out, "--text", small_run / "eval.txt", "-o", tmp_path / "mine.yaml")
     assert done.returncode == 0, done.stderr
@@ -248,9 +248,9 @@ def test_planning_discovers_checkpoints_reads_and_checks_the_architecture(small_
 def test_step_patterns_of_the_trainers_and_a_suggestion_when_one_fails(small_run, tmp_path):
     out, text, tokenizer = small_run / "out", small_run / "eval.txt", small_run / "out-tokenizer"
     schema = yaml.safe_load(SCHEMA.read_text())
-    assert schema["$defs"]["revisions"]["properties"]["step_regex"]["default"] == rundir.DEFAULT_STEP_REGEX
+    assert schema["$defs"]["revisions"]["properties"]["step_regex"]["default"] == trainer_runs.DEFAULT_STEP_REGEX
     for name in ("checkpoint-500", "checkpoint_5", "step500", "step-500", "iter_0000500", "global_step500"):
-        assert int(re.search(rundir.DEFAULT_STEP_REGEX, name).group(1)) in (5, 500)
+        assert int(re.search(trainer_runs.DEFAULT_STEP_REGEX, name).group(1)) in (5, 500)
     run = tmp_path / "ckpts"
     for step in (2, 4):
         shutil.copytree(out / f"checkpoint-{step}", run / f"model_{step:03d}")

@@ -366,7 +366,7 @@ def test_a_library_edit_during_a_warm_run_never_records_the_new_codes_hash_besid
         before = subprocess.Popen([sys.executable, str(script), "before.json"], cwd=tmp_path, env=server.env,
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         wait_for(lambda: (tmp_path / "before.json.started").exists(), 120, "the job forked before the edit")
-        subprocess.run(["sed", "-i", "$a EDITED_DURING_THE_RUN = True", str(src / "lmsat" / "metrics.py")], check=True)
+        subprocess.run(["sed", "-i", "$a EDITED_DURING_THE_RUN = True", str(src / "lmsat" / "products" / "metrics.py")], check=True)
         new = source_hash(src)
         assert new != old
         after = subprocess.Popen([sys.executable, str(script), "after.json"], cwd=tmp_path, env=server.env,

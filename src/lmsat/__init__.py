@@ -15,24 +15,20 @@ use (so `import lmsat` and `lmsat plan` load neither torch nor h5py):
     lmsat.METRICS["loss"].compute(cache)    # every per-checkpoint metric, by name
     lmsat.monitor(model, "results/default/samples/synthetic/toy.h5")  # the same, on a model in memory
 
-The modules form layers, bottom to top; an import, even one inside a function, only goes
-down (or within its layer, without a cycle), and no private name crosses a module
-(tests/test_layers.py walks every import and holds the map of each module's layer):
+The library's folders are its layers, bottom to top; an import, even one inside a
+function, only goes down (or within its layer, without a cycle), and no private name
+crosses a module (tests/test_layers.py walks every import; docs/layout.md draws the tree):
 
-- leaves: errors (the shared exceptions), retry (backoff of network calls), plan
-  (ModelEntry, Plan), names (path-name checks), io and integrity (atomic writes, records,
-  checksums), progress, fingerprint, schedules, offline, lazy (modules imported on first use),
-  the lm-eval task templates (tasks);
-- data access: hub, checkpoints, models (loading and its checks), fetch (downloads), corpus
-  (with the staged corpus reader), cache (the representation cache), rundir, adapters,
-  published, pins (checkpoints that are commits);
-- compute: anisotropy, spectra, attention, degeneration, heads, headcache, ngrams, werror,
-  ngram_werror, scaling, evaluation, bottleneck (the rank sweep and the head cache's
-  windows), synthetic, toy, gradient_bottleneck (the logit gradient's share in the head's
-  column space);
-- registries: metrics, tables, figures (with its plot modules), report;
-- orchestration: config (loading and planning), staging, analysis, callbacks (the Trainer
-  callback and `monitor`), schema_doc, commands, cli, and this package's lazy API.
+- leaves: core/ (plan types, path names, schedules, records and checksums, fingerprints,
+  retries, lazy imports), runtime/ (offline switches, the warm interpreter, progress),
+  tasks/ (lm-eval templates), errors, compat (the module paths of lmsat 0.1);
+- data access: checkpoints/ (families' weights, formats, fetch, pins, checks, loading),
+  data/ (corpora and samples, the hidden-state cache, published evaluations);
+- compute: saturation/, degeneration/, bottleneck/ (the maths of sections 3, 4 and 5),
+  toy/ (the synthetic language and its tiny models);
+- registries: products/ (metrics, tables, report pages, the published run), figures/;
+- orchestration: planning/ (config to plan), standalone/ (analyse, monitor, the Trainer
+  callback), commands/, cli, and this package's lazy API.
 
 Output paths are the workflow's (workflow/rules/*.smk).
 """

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.abc
+import importlib.machinery
 import importlib.util
 import sys
 import types
@@ -118,6 +119,9 @@ def _split_module(old: str) -> types.ModuleType:
 
 
 class _OldPaths(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def __init__(self):
+        self.own_specs: dict[str, importlib.machinery.ModuleSpec] = {}
+
     def find_spec(self, fullname, path=None, target=None):
         if fullname in MOVED or fullname in SPLIT:
             return importlib.util.spec_from_loader(fullname, self)
@@ -126,14 +130,16 @@ class _OldPaths(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def create_module(self, spec):
         if spec.name in MOVED:
             _warn(spec.name, MOVED[spec.name])
-            return importlib.import_module(MOVED[spec.name])
+            module = importlib.import_module(MOVED[spec.name])
+            self.own_specs[module.__name__] = module.__spec__
+            return module
         return _split_module(spec.name)
 
     def exec_module(self, module):
         # the new module ran already (a split module has nothing to run); the import system
         # gave it the old path's spec, which its own must replace
-        if module.__name__ in MOVED.values():
-            module.__spec__ = importlib.util.find_spec(module.__name__)
+        if module.__name__ in self.own_specs:
+            module.__spec__ = self.own_specs.pop(module.__name__)
 
 
 def forward_from(package: str):
@@ -154,5 +160,7 @@ def forward_from(package: str):
 
 
 def install() -> None:
-    if not any(isinstance(finder, _OldPaths) for finder in sys.meta_path):
-        sys.meta_path.append(_OldPaths())  # last: a real module of the name always wins
+    # one finder, this module's: a workflow that forgets an imported lmsat and imports it
+    # again (workflow/rules/common.smk) replaces the earlier one
+    sys.meta_path[:] = [finder for finder in sys.meta_path if type(finder).__name__ != _OldPaths.__name__]
+    sys.meta_path.append(_OldPaths())  # last: a real module of the name always wins

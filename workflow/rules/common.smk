@@ -33,27 +33,38 @@ for _name in [n for n in sys.modules if n == "lmsat" or n.startswith("lmsat.")]:
         del sys.modules[_name]
 
 import lmsat.runtime.warm as warm_interpreter
-from lmsat.bottleneck.rank_grid import head_ranks, head_train_fields, learning_rates, set_corpora
-from lmsat.planning.config_files import config_sha256, config_sources, load_yaml, read_config_files, result_config
+from lmsat.bottleneck.rank_grid import (
+    head_ranks,
+    head_train_fields,
+    learning_rates,
+    set_corpora,
+    shard_count,  # the head cache's shard files
+)
+from lmsat.checkpoints.fetch import checkpoint_disk_mb, estimated_parameters
+from lmsat.checkpoints.local_hub import repo_dir
+from lmsat.core.fingerprint import FETCHED_MARKER, changed_files, weights_fingerprint
+from lmsat.core.integrity import selected_revision as checked_selection
+from lmsat.core.io import read_json
+from lmsat.core.names import PATH_NAME_PATTERN
+from lmsat.data.corpus import corpus_inputs
+from lmsat.planning.config_files import (
+    config_sha256,
+    config_sources,
+    load_yaml,
+    read_config_files,
+    result_config,
+)
 from lmsat.planning.load import load_plan
 from lmsat.planning.refusals import ngram_tokenizers
 from lmsat.planning.run_claim import check_run_claim, write_run_claim
 from lmsat.planning.slicing import run_of_config_file
-from lmsat.data.corpus import corpus_inputs
-from lmsat.saturation.downstream import OFFLINE_TASKS, STORYCLOZE_2016_FILES
-from lmsat.checkpoints.fetch import checkpoint_disk_mb, estimated_parameters
-from lmsat.bottleneck.rank_grid import shard_count  # the head cache's shard files
-from lmsat.core.integrity import selected_revision as checked_selection
-from lmsat.checkpoints.local_hub import repo_dir
-from lmsat.core.fingerprint import FETCHED_MARKER, changed_files, weights_fingerprint
-from lmsat.core.io import read_json
-from lmsat.products.metrics import METRICS, table_metric
-from lmsat.core.names import PATH_NAME_PATTERN
 from lmsat.planning.staging import (
     STAGING_RULES,
     needs_staging_corpus,
     needs_staging_tokenizer,
 )
+from lmsat.products.metrics import METRICS, table_metric
+from lmsat.saturation.downstream import OFFLINE_TASKS, STORYCLOZE_2016_FILES
 
 if Path(sys.modules["lmsat"].__file__ or ".").resolve().parent != LMSAT_SRC / "lmsat":
     raise WorkflowError(  # e.g. an import hook of the environment handed out another one

@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer
 
-from lmsat.checkpoints import local_hub as hub
+from lmsat.checkpoints import local_hub
 from lmsat.core.fingerprint import weights_fingerprint
 from lmsat.core.io import setup_logging, write_json
 from lmsat.core.plan import ModelEntry
@@ -37,7 +37,7 @@ def main(snakemake):
         raise ValueError(f"output {snakemake.output.repository} is not in the toy hub cache {model.cache_dir(model.final_revision)}")
 
     def publish(step, lm):
-        hub.publish_revision(lm, tokenizer, hub_cache, model.id, steps[step])
+        local_hub.publish_revision(lm, tokenizer, hub_cache, model.id, steps[step])
 
     history = toy.train_toy_model(train_tokens, model_spec, train_spec, sorted(steps), publish)
     # what it published, checked at every plan (common.smk: check_toy_hub): files replaced

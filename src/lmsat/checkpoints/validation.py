@@ -38,16 +38,16 @@ _SHOWN = 8  # keys quoted in a message; the rest are counted
 def checkpoint_dir(model: ModelEntry, revision: str, cache_dir: str | None = None) -> Path | None:
     """The directory holding `revision`'s files (a local revision, or its snapshot in the hub
     cache, `cache_dir` if given); None when it cannot be found (from_pretrained reports it)."""
-    from lmsat.checkpoints import local_hub as hub
+    from lmsat.checkpoints import local_hub
 
     if model.source == "local":
         return Path(model.id) / revision
     cache_dir = cache_dir or model.cache_dir(revision)
     revision = model.hub_revision(revision)  # a pinned revision is its commit there (lmsat.checkpoints.pins)
     try:
-        return hub.snapshot_path(cache_dir, model.id, revision)
-    except hub.RevisionNotFoundError:
-        by_commit = hub.repo_dir(cache_dir, model.id) / "snapshots" / revision  # a commit hash as revision
+        return local_hub.snapshot_path(cache_dir, model.id, revision)
+    except local_hub.RevisionNotFoundError:
+        by_commit = local_hub.repo_dir(cache_dir, model.id) / "snapshots" / revision  # a commit hash as revision
         return by_commit if by_commit.is_dir() else None
     except ValueError:  # not an org/name id: from_pretrained says what is wrong with it
         return None

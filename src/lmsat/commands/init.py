@@ -28,7 +28,7 @@ from pathlib import Path
 
 import yaml
 
-from lmsat.checkpoints import trainer_runs as rundir
+from lmsat.checkpoints import trainer_runs
 from lmsat.core.names import PATH_NAME_PATTERN
 from lmsat.errors import ConfigError
 from lmsat.planning.config_files import load_yaml
@@ -89,8 +89,8 @@ def path_name(name: str) -> str:
 def checkpoint_glob(folder: Path) -> tuple[str, int]:
     """(glob, checkpoints it finds) of the trainer naming that finds the most checkpoints in `folder`."""
     best = ("", 0)
-    for glob in rundir.TRAINER_GLOBS:
-        count = len(rundir.discover(folder, glob, rundir.DEFAULT_STEP_REGEX).revisions)
+    for glob in trainer_runs.TRAINER_GLOBS:
+        count = len(trainer_runs.discover(folder, glob, trainer_runs.DEFAULT_STEP_REGEX).revisions)
         if count > best[1]:
             best = (glob, count)
     return best
@@ -112,7 +112,7 @@ def run_folders(paths: list[Path]) -> list[tuple[Path, str]]:
             subdirs = ", ".join(sorted(p.name for p in path.iterdir() if p.is_dir())[:6]) or "none"
             raise InitError(
                 f"{path} holds no checkpoint directory (sub-directories: {subdirs}); a checkpoint is a sub-directory "
-                f"named like {', '.join(rundir.TRAINER_GLOBS[:5])} with config.json and model.safetensors "
+                f"named like {', '.join(trainer_runs.TRAINER_GLOBS[:5])} with config.json and model.safetensors "
                 "(save_pretrained)"
             )
         runs += nested
@@ -122,10 +122,10 @@ def run_folders(paths: list[Path]) -> list[tuple[Path, str]]:
 def tokens_per_step(folder: Path, glob: str, given: int | None, key: str) -> tuple[int, str]:
     """The run's tokens per step from its trainer_state.json (the same in every checkpoint
     that records them), or the one given; InitError naming the key when neither is there."""
-    found = rundir.discover(folder, glob, rundir.DEFAULT_STEP_REGEX).revisions
+    found = trainer_runs.discover(folder, glob, trainer_runs.DEFAULT_STEP_REGEX).revisions
     records = {}
     for name, _ in found[-1:] + found[:1]:  # the latest and the first checkpoint
-        record = rundir.tokens_per_step(folder / name)
+        record = trainer_runs.tokens_per_step(folder / name)
         if record:
             records[name] = record
     counts = {count for count, _ in records.values()}
@@ -173,8 +173,8 @@ def build_config(args: argparse.Namespace) -> tuple[dict, dict]:
         while name in names:
             name = path_name(f"{folder.parent.name}-{name}")
         names.add(name)
-        found = rundir.discover(folder, glob, rundir.DEFAULT_STEP_REGEX).revisions
-        conflicts = rundir.step_conflicts(folder, found)
+        found = trainer_runs.discover(folder, glob, trainer_runs.DEFAULT_STEP_REGEX).revisions
+        conflicts = trainer_runs.step_conflicts(folder, found)
         if conflicts:  # which step is right is the user's to say, not a guess of init's
             listed = "; ".join(f"{folder / n}: step {s} by its name, global_step {g} in its trainer_state.json"
                                for n, s, g in conflicts)
@@ -188,7 +188,7 @@ def build_config(args: argparse.Namespace) -> tuple[dict, dict]:
         count, how = tokens_per_step(folder, glob, args.tokens_per_step, f"suites.{suite}.tokens_per_step")
         per_step.add(count)
         notes["tokens"][name], notes["globs"][name], notes["folders"][name] = how, glob, found
-        stated = rundir.architecture(rundir.read_config(last))
+        stated = trainer_runs.architecture(trainer_runs.read_config(last))
         if "hidden_size" not in stated:
             raise InitError(f"{last}/config.json states no hidden size (hidden_size, n_embd, d_model)")
         models.append(dict(name=name, source="local", id=str(folder), revisions=dict(discover=glob), **stated))
@@ -196,7 +196,7 @@ def build_config(args: argparse.Namespace) -> tuple[dict, dict]:
     if len(per_step) > 1:
         raise InitError(f"the runs record different tokens per step ({sorted(per_step)}); give each run a config of its "
                         "own, or one --tokens-per-step")
-    tokenizer_dir = args.tokenizer or rundir.find_tokenizer(runs[0][0], [n for n, _ in notes["folders"][models[0]["name"]]])
+    tokenizer_dir = args.tokenizer or trainer_runs.find_tokenizer(runs[0][0], [n for n, _ in notes["folders"][models[0]["name"]]])
     if tokenizer_dir is None:
         raise InitError(f"no tokenizer saved in {runs[0][0]} or its checkpoints (tokenizer.json, tokenizer_config.json); "
                         "give its directory with --tokenizer")
@@ -209,7 +209,7 @@ def build_config(args: argparse.Namespace) -> tuple[dict, dict]:
     from lmsat.checkpoints.loading import context_length
 
     contexts = [found for m in models
-                if (found := context_length(rundir.read_config(Path(m["id"]) / notes["folders"][m["name"]][-1][0])))]
+                if (found := context_length(trainer_runs.read_config(Path(m["id"]) / notes["folders"][m["name"]][-1][0])))]
     size = sample_size(args.text, Path(tokenizer_dir), min(contexts, key=lambda found: found[1], default=None))
     n_tokens, seq_len = size.n_tokens, size.seq_len
     in_checkpoint = any(Path(tokenizer_dir).resolve() == (Path(m["id"]) / name).resolve()
@@ -301,7 +301,7 @@ def scaling_section(config: dict) -> dict:
 
     sizes = {}
     for name, model in plan.models.items():
-        counts = config_parameter_counts(rundir.read_config(Path(model.id) / model.final_revision))
+        counts = config_parameter_counts(trainer_runs.read_config(Path(model.id) / model.final_revision))
         if counts:  # every family lmsat.checkpoints.adapters knows
             sizes[name] = counts["non_embedding"]
     if len(set(sizes.values())) < 2 or len(sizes) < len(plan.models):

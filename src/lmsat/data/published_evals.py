@@ -73,7 +73,7 @@ CELLS = tuple((task, metric) for task, metrics in (
 CSV_SHA256 = "5256578bfa34af4e606ba56180c7b07540096bdcb51e294d5aff1e53d2952048"
 _MODELS, _CELLS = frozenset(PUBLISHED_MODELS), frozenset(CELLS)
 _PROMISED = {shots: frozenset(steps) for shots, steps in PROMISED_STEPS.items()}
-RESTORE = (f"restore the file lmsat ships (`git checkout -- src/lmsat/{CSV_NAME}` in a clone of lmsat, or reinstall "
+RESTORE = (f"restore the file lmsat ships (`git checkout -- src/lmsat/data/{CSV_NAME}` in a clone of lmsat, or reinstall "
            "lmsat), or rebuild it from a clone of EleutherAI/pythia: python -m lmsat.data.published_evals GIT_DIR COMMIT")
 
 
@@ -134,7 +134,7 @@ def write_csv(table: pd.DataFrame, commit: str, path: Path) -> None:
 
 def packaged_csv() -> Path:
     """The CSV shipped inside the lmsat package."""
-    return Path(str(resources.files("lmsat").joinpath(CSV_NAME)))
+    return Path(str(resources.files("lmsat.data").joinpath(CSV_NAME)))
 
 
 def _text(path: Path) -> str:

@@ -8,7 +8,7 @@ import json
 import re
 from pathlib import Path
 
-from lmsat.checkpoints import trainer_runs as rundir
+from lmsat.checkpoints import trainer_runs
 from lmsat.checkpoints.loading import context_length as context_length  # lmsat init reads a checkpoint's context
 from lmsat.core.names import PATH_NAME_PATTERN as PATH_NAME_PATTERN  # the schema's pattern of names
 from lmsat.errors import ConfigError
@@ -97,26 +97,26 @@ def _discovered(spec: dict, spec_key: str, model: dict, key: str) -> dict:
         re.compile(spec["step_regex"])
     except re.error as error:
         raise ConfigError(f"{spec_key}.step_regex", f"{spec['step_regex']!r} is not a regular expression ({error})",
-                          f"use the default {rundir.DEFAULT_STEP_REGEX!r}") from None
-    found = rundir.discover(folder, pattern, spec["step_regex"], model["allow_pickle"])
+                          f"use the default {trainer_runs.DEFAULT_STEP_REGEX!r}") from None
+    found = trainer_runs.discover(folder, pattern, spec["step_regex"], model["allow_pickle"])
     if found.unparsed:
-        suggestion = rundir.suggest_step_regex(found.unparsed[0])
+        suggestion = trainer_runs.suggest_step_regex(found.unparsed[0])
         raise ConfigError(
             f"{spec_key}.step_regex", f"{spec['step_regex']!r} reads no training step from {', '.join(found.unparsed[:3])} "
             f"(found by discover: {pattern!r} in {folder})",
             f"set step_regex: '{suggestion}' (its first group is the step)" if suggestion else "list the steps in `steps`",
         )
     if not found.revisions:
-        others = sorted(p.name for p in folder.iterdir() if p.is_dir() and rundir.is_checkpoint(p, model["allow_pickle"]))
+        others = sorted(p.name for p in folder.iterdir() if p.is_dir() and trainer_runs.is_checkpoint(p, model["allow_pickle"]))
         seen = f"; checkpoint directories there: {', '.join(others[:5])}" if others else "; it holds no checkpoint directory"
         if found.incomplete:
             seen += f"; matched but without config.json and safetensors weights (yet): {', '.join(found.incomplete[:5])}"
-        glob = next((g for g in rundir.TRAINER_GLOBS if others and any(Path(o).match(g) for o in others)), "")
+        glob = next((g for g in trainer_runs.TRAINER_GLOBS if others and any(Path(o).match(g) for o in others)), "")
         raise ConfigError(
             f"{spec_key}.discover", f"{pattern!r} matches no checkpoint in {folder}{seen}",
             f"use discover: '{glob}'" if glob else "point the model's id at the folder that holds the checkpoint directories",
         )
-    conflicts = rundir.step_conflicts(folder, found.revisions)
+    conflicts = trainer_runs.step_conflicts(folder, found.revisions)
     if conflicts:  # a renamed or copied checkpoint: its losses would be drawn at the wrong step
         name, step, recorded = conflicts[0]
         raise ConfigError(
@@ -137,7 +137,7 @@ def _fill_architecture(model: dict, key: str, directories: list[Path]) -> None:
         if not path.is_file():
             continue  # models reports the missing file
         try:
-            found = rundir.architecture(json.loads(path.read_text()))
+            found = trainer_runs.architecture(json.loads(path.read_text()))
         except ValueError as error:
             raise ConfigError(f"{key}.id", f"{path} is unreadable ({error})", "save the checkpoint again") from None
         for field, value in found.items():

@@ -8,8 +8,7 @@ import os
 import re
 from pathlib import Path
 
-from lmsat.checkpoints import pins
-from lmsat.checkpoints import trainer_runs as rundir
+from lmsat.checkpoints import pins, trainer_runs
 from lmsat.checkpoints.loading import check_context
 from lmsat.checkpoints.loading import context_length as context_length  # lmsat init reads a checkpoint's context
 from lmsat.core import schedules
@@ -178,7 +177,7 @@ def _step_regex_suggestion(names: list[str], step_regex: str) -> str:
         try:
             schedules.parse_step(name, step_regex)
         except ValueError:
-            return rundir.suggest_step_regex(name)
+            return trainer_runs.suggest_step_regex(name)
     return ""
 
 

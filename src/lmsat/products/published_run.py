@@ -122,7 +122,7 @@ def loss_table(suite: str, models: list[str], params: str = "non_embedding",
 
 def paper_table1() -> dict[tuple[str, str], float]:
     """(checkpoint, column) -> the paper's Pythia-160M Table 1 value (paper_values.yaml)."""
-    text = resources.files("lmsat").joinpath("paper_values.yaml").read_text(encoding="utf-8")
+    text = resources.files("lmsat.products").joinpath("paper_values.yaml").read_text(encoding="utf-8")
     return {(v["checkpoint"], v["column"]): float(v["value"]) for v in yaml.safe_load(text)["values"]
             if v.get("measure") == "table1" and v.get("model") == "pythia-160m"}
 

@@ -169,7 +169,7 @@ def table_page(table: pd.DataFrame, name: str, csv_bytes: bytes | None = None, m
 
 def paper_values() -> dict:
     """The packaged paper_values.yaml: {source, values: [...]} (see the file's comments)."""
-    return yaml.safe_load(resources.files("lmsat").joinpath("paper_values.yaml").read_text(encoding="utf-8"))
+    return yaml.safe_load(resources.files("lmsat.products").joinpath("paper_values.yaml").read_text(encoding="utf-8"))
 
 
 COMPARISON_COLUMNS = ["where", "section", "quantity", "model", "paper", "measured", "difference",

@@ -34,18 +34,18 @@ from __future__ import annotations
 import argparse
 import atexit
 import importlib
-import json
 import os
 import select
 import signal
 import socket
 import stat
-import struct
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from lmsat.runtime.warm_wire import receive, send
 
 SOCKET_VARIABLE = "LMSAT_WARM_SOCKET"
 # Snakemake sets these to a job's `threads` (snakemake.shell); the warm interpreter's
@@ -88,58 +88,11 @@ PRELOAD = (
 # A run with fewer jobs to do than this starts no warm interpreter: its imports would cost
 # more than they save.
 MIN_JOBS = 8
-HEADER = struct.Struct("!I")
 STDIO = (0, 1, 2)
 
 SERVING = False  # True in a job the warm interpreter forked: its hand-off is a no-op
 _server: subprocess.Popen | None = None
 _directory: str | None = None
-
-
-# --- the wire: a length-prefixed JSON message, the first one carrying descriptors ---
-
-def _send(sock: socket.socket, message: dict, fds: tuple[int, ...] = ()) -> None:
-    data = json.dumps(message).encode()
-    header = HEADER.pack(len(data))
-    if fds:
-        socket.send_fds(sock, [header], list(fds))
-    else:
-        sock.sendall(header)
-    sock.sendall(data)
-
-
-def _receive_exactly(sock: socket.socket, size: int) -> bytes | None:
-    chunks, left = [], size
-    while left:
-        chunk = sock.recv(left)
-        if not chunk:
-            return None
-        chunks.append(chunk)
-        left -= len(chunk)
-    return b"".join(chunks)
-
-
-def _receive(sock: socket.socket, max_fds: int = 0) -> tuple[dict | None, list[int]]:
-    """(message, descriptors); (None, []) at end of stream."""
-    if max_fds:
-        header, fds, _flags, _address = socket.recv_fds(sock, HEADER.size, max_fds)
-        if len(header) < HEADER.size:
-            rest = _receive_exactly(sock, HEADER.size - len(header)) if header else None
-            if rest is None:
-                for fd in fds:
-                    os.close(fd)
-                return None, []
-            header += rest
-    else:
-        header, fds = _receive_exactly(sock, HEADER.size), []
-        if header is None:
-            return None, []
-    data = _receive_exactly(sock, HEADER.unpack(header)[0])
-    if data is None:
-        for fd in fds:
-            os.close(fd)
-        return None, []
-    return json.loads(data), fds
 
 
 # --- the job's side ---
@@ -159,8 +112,8 @@ def hand_off() -> None:
             script=script, argv=sys.argv, cwd=os.getcwd(), env=dict(os.environ), path=sys.path,
             executable=sys.executable, lmsat=sys.modules["lmsat"].__file__,
         )
-        _send(sock, request, STDIO)
-        reply, pidfds = _receive(sock, max_fds=1)
+        send(sock, request, STDIO)
+        reply, pidfds = receive(sock, max_fds=1)
     except OSError as error:  # no warm interpreter (any more): this process runs the job
         reply, pidfds = {"declined": f"no warm interpreter answers at {path}: {error}"}, []
     if reply is None or "declined" in reply:
@@ -183,7 +136,7 @@ def hand_off() -> None:
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
         signal.signal(signum, forward)
     try:
-        status, _ = _receive(sock)
+        status, _ = receive(sock)
     except OSError:
         status = None
     if status is None:
@@ -336,7 +289,7 @@ class _Server:
         conn, _ = self.listener.accept()
         conn.settimeout(10)
         try:
-            request, fds = _receive(conn, max_fds=len(STDIO))
+            request, fds = receive(conn, max_fds=len(STDIO))
         except (OSError, ValueError):
             request, fds = None, []
         if request is None or len(fds) != len(STDIO):
@@ -350,7 +303,7 @@ class _Server:
             for fd in fds:
                 os.close(fd)
             try:
-                _send(conn, {"declined": reason})
+                send(conn, {"declined": reason})
             except OSError:
                 pass  # its process is gone already
             conn.close()
@@ -371,7 +324,7 @@ class _Server:
         except (AttributeError, OSError):  # Linux < 5.3
             pidfd = ()
         try:
-            _send(conn, {"pid": pid}, pidfd)
+            send(conn, {"pid": pid}, pidfd)
         except OSError:  # the job's process is gone: so is the job
             self.terminate(pid)
         finally:
@@ -433,7 +386,7 @@ class _Server:
                 f"{usage.ru_utime + usage.ru_stime:.2f} s CPU, peak {usage.ru_maxrss / 1024:.0f} MB"
             )
             try:
-                _send(conn, {"status": code, "seconds": seconds})
+                send(conn, {"status": code, "seconds": seconds})
             except OSError:
                 pass
             conn.close()

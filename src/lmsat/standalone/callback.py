@@ -303,9 +303,9 @@ class SaturationCallback(TrainerCallback):
     def tokens_per_step(self, state, model, checkpoint: Path | None) -> int:
         """Tokens per optimizer step as `lmsat init` reads them: from the saved
         trainer_state.json (lmsat.checkpoints.trainer_runs.tokens_per_step), else from the Trainer's state."""
-        from lmsat.checkpoints import trainer_runs as rundir
+        from lmsat.checkpoints import trainer_runs
 
-        if checkpoint is not None and (found := rundir.tokens_per_step(checkpoint)):
+        if checkpoint is not None and (found := trainer_runs.tokens_per_step(checkpoint)):
             return found[0]
         step = max(state.global_step, 1)
         if state.num_input_tokens_seen:
