@@ -309,3 +309,16 @@ def test_docs_layout_draws_every_folder_and_module():
         name = path.parent.name + "/" if path.name == "__init__.py" else path.name
         if module != "lmsat":
             assert name in tree.split(), f"docs/layout.md's tree does not name {path.relative_to(SRC)}"
+
+
+def test_paths_taken_from_a_module_s_file_reach_what_they_name():
+    """A module moved a folder down (issue 40) still finds the package, src/ and the workflow."""
+    from lmsat.core import io
+    from lmsat.runtime import warm
+    from lmsat.standalone import analyse
+
+    assert io.PACKAGE_ROOT == SRC / "lmsat"
+    hashed = {p.relative_to(io.PACKAGE_ROOT).parts[0] for p in io.PACKAGE_ROOT.rglob("*.py")}
+    assert {"core", "products", "planning", "__init__.py"} <= hashed  # source_sha256 reads every folder
+    assert warm.SRC == SRC and (warm.SRC / "lmsat" / "__init__.py").is_file()
+    assert analyse.SCHEMA.is_file()

@@ -16,6 +16,8 @@ import os
 import sys
 from pathlib import Path
 
+PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # src/lmsat: every file of the package, subpackages too
+
 
 class DiskFullError(OSError):
     """The disk filled up while an output was written; the message names the output."""
@@ -167,7 +169,7 @@ def source_sha256() -> str:
     """SHA-256 of the lmsat package's own files (code and package data). Editing the library
     reruns no job (a comment would otherwise rerun 1,540 GPU jobs); instead every output
     records this hash, and each table marks the rows computed by other code."""
-    root = Path(__file__).parent
+    root = PACKAGE_ROOT
     digest = hashlib.sha256()
     for path in sorted(root.rglob("*")):
         if path.is_file() and "__pycache__" not in path.parts:

@@ -90,6 +90,7 @@ PRELOAD = (
 MIN_JOBS = 8
 STDIO = (0, 1, 2)
 
+SRC = Path(__file__).resolve().parents[2]  # the folder holding this lmsat package (src/)
 SERVING = False  # True in a job the warm interpreter forked: its hand-off is a no-op
 _server: subprocess.Popen | None = None
 _directory: str | None = None
@@ -520,7 +521,7 @@ def start(log_path: str, jobs: int, local: bool, enabled: bool = True) -> str | 
     socket_path = os.path.join(_directory, "socket")
     os.environ[SOCKET_VARIABLE] = socket_path
     env = dict(os.environ, **{v: "1" for v in THREAD_VARIABLES})
-    src = str(Path(__file__).resolve().parents[1])  # this lmsat's, first on sys.path as in a job
+    src = str(SRC)  # this lmsat's, first on sys.path as in a job
     # The socket listens before any job starts: a job that connects while the warm interpreter
     # still starts and imports waits in the backlog for its answer (it would otherwise find no
     # socket and run in its own interpreter).

@@ -31,7 +31,7 @@ from lmsat.core.plan import ModelEntry
 from lmsat.planning.config_files import load_yaml, validate_config
 from lmsat.planning.model_entries import WEIGHT_FILES
 
-SCHEMA = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
+SCHEMA = Path(__file__).resolve().parents[3] / "workflow" / "schemas" / "config.schema.yaml"
 SETTING_KEYS = ("sample", "extraction", "seed", "spectra")  # what decides a checkpoint's numbers
 TEXT_CORPUS = "text"  # the corpus name of a sample of text files (as `lmsat init` names it in a config)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
