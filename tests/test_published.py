@@ -352,7 +352,7 @@ def test_a_damaged_record_stops_the_workflow_at_planning_naming_file_line_and_mo
     for part in ("src", "workflow", "config"):
         shutil.copytree(ROOT / part, tree / part, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     shutil.copy(ROOT / "Snakefile", tree / "Snakefile")
-    csv = tree / "src" / "lmsat" / CSV_NAME
+    csv = tree / "src" / "lmsat" / "data" / CSV_NAME
     damaged, _ = damaged_copy(tmp_path, cut_at_line_end)
     shutil.copy(damaged, csv)
     result = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(tree / "Snakefile"), "--directory",

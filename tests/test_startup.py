@@ -61,7 +61,7 @@ def test_a_lazy_module_is_imported_on_first_use_and_is_the_real_module():
 
 def test_the_tables_module_builds_tables_with_its_lazy_pandas():
     done = run(
-        "import sys; from lmsat import tables; "
+        "import sys; from lmsat.products import saturation_tables as tables; "
         "loaded = type(sys.modules['pandas']).__name__ != '_LazyModule'; "
         "t = tables.loss_table([dict(suite='s', model='m', revision='step1', step=1, tokens=8, loss=2.0, loss_sem=0.1)]); "
         "print(loaded, list(t.columns)[:3])"
