@@ -37,15 +37,14 @@ every model of one tokenizer).
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 
-import h5py
 import numpy as np
 
-from lmsat.core.integrity import CHECKSUM_ATTR, check_values, hdf5_checksums, verify_hdf5
-from lmsat.core.io import atomic_path, check_identity, library_versions, promised_by_path
+from lmsat.core.checked_hdf5 import read_checked_hdf5, write_checked_hdf5
+from lmsat.core.integrity import check_values
+from lmsat.core.io import check_identity, promised_by_path
 
 FORMAT_VERSION = 1
 LOGITS_BUDGET = 2**27  # floats of logits held at once (512 MiB in float32), as the cache's loss
@@ -369,29 +368,13 @@ def write_gradient_file(path, result: dict, record: dict) -> None:
     """
     arrays = {k: np.asarray(result[k]) for k in ARRAYS}
     attrs = {**{k: record[k] for k in RECORD_KEYS}, **{k: result[k] for k in ATTRS}}
-    with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
-        for key, values in arrays.items():
-            f.create_dataset(key, data=values)
-        f.attrs.update(attrs)
-        f.attrs.update(versions=json.dumps(library_versions(), sort_keys=True), format_version=FORMAT_VERSION)
-        f.attrs[CHECKSUM_ATTR] = hdf5_checksums(arrays)
+    write_checked_hdf5(path, arrays, attrs, FORMAT_VERSION)
 
 
 def read_gradient_file(path, check_path: bool = True) -> dict:
     """A gradient file's arrays and attributes as one dict (checksums verified, values within
     BOUNDS; with check_path, made for the model and revision its path names)."""
-    try:
-        with h5py.File(path, "r") as f:
-            if f.attrs.get("format_version") != FORMAT_VERSION:
-                raise GradientFileError(f"{path} is of another format version; delete it and rerun")
-            missing = [key for key in ARRAYS if key not in f]
-            if missing:
-                raise GradientFileError(f"{path} lacks datasets {missing}; delete it and rerun")
-            verify_hdf5(f, path, ARRAYS)
-            arrays = {key: f[key][...] for key in ARRAYS}
-            attrs = {k: (v.item() if isinstance(v, np.generic) else v) for k, v in f.attrs.items()}
-    except OSError as error:
-        raise GradientFileError(f"{path} is unreadable or truncated ({error}); delete it and rerun") from error
+    arrays, attrs = read_checked_hdf5(path, ARRAYS, FORMAT_VERSION, GradientFileError)
     check_values(path, f"{attrs.get('model')}@{attrs.get('revision')}", arrays, bounds=BOUNDS)
     if check_path:
         check_identity(path, attrs, promised_by_path(path, "model", "revision"))

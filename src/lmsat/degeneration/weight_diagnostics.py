@@ -72,8 +72,9 @@ from dataclasses import dataclass
 import h5py
 import numpy as np
 
-from lmsat.core.integrity import CHECKSUM_ATTR, corrupt, hdf5_checksums, verify_hdf5
-from lmsat.core.io import atomic_path, check_identity, library_versions, promised_by_path
+from lmsat.core.checked_hdf5 import read_checked_hdf5, write_checked_hdf5
+from lmsat.core.integrity import CHECKSUM_ATTR, array_sha256, corrupt
+from lmsat.core.io import check_identity, promised_by_path
 
 log = logging.getLogger(__name__)
 
@@ -404,12 +405,7 @@ def write_diagnostics(path, arrays: dict[str, np.ndarray], record: dict) -> None
     stored = {k: (np.array([str(v).encode() for v in a], dtype=h5py.string_dtype()) if k in TEXT else a)
               for k, a in arrays.items()}
     digests = {k: (np.array([str(v).encode() for v in a]) if k in TEXT else a) for k, a in arrays.items()}
-    with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
-        for key, values in stored.items():
-            f.create_dataset(key, data=values)
-        f.attrs.update({k: v for k, v in record.items() if v is not None})
-        f.attrs.update(versions=json.dumps(library_versions(), sort_keys=True), format_version=FORMAT_VERSION)
-        f.attrs[CHECKSUM_ATTR] = hdf5_checksums(digests)
+    write_checked_hdf5(path, stored, record, FORMAT_VERSION, digests=digests)
 
 
 def read_diagnostics(path, check_path: bool = True) -> tuple[dict[str, np.ndarray], dict]:
@@ -417,23 +413,8 @@ def read_diagnostics(path, check_path: bool = True) -> tuple[dict[str, np.ndarra
     hashed as written), made for the model and revision its path names (check_path), and
     NaN only where documented (zero matrix, alpha not fitted)."""
     keys = ("name", "layer", "rows", "cols", "status", *COLUMNS)
-    try:
-        with h5py.File(path, "r") as f:
-            if f.attrs.get("format_version") != FORMAT_VERSION:
-                raise WeightDiagnosticsError(f"{path} is of another format version; delete it and rerun")
-            missing = [key for key in keys if key not in f]
-            if missing:
-                raise corrupt(path, f"it lacks datasets {missing}")
-            numeric = [key for key in keys if key not in TEXT]
-            verify_hdf5(f, path, numeric)
-            arrays = {key: f[key][...] for key in numeric}
-            for key in TEXT:
-                arrays[key] = np.array([v.decode() if isinstance(v, bytes) else str(v) for v in f[key][...]], dtype=object)
-            recorded = json.loads(f.attrs[CHECKSUM_ATTR])
-            attrs = {k: (v.item() if isinstance(v, np.generic) else v) for k, v in f.attrs.items()}
-    except OSError as error:
-        raise WeightDiagnosticsError(f"{path} is unreadable or truncated ({error}); delete it and rerun") from error
-    from lmsat.core.integrity import array_sha256
+    arrays, attrs = read_checked_hdf5(path, keys, FORMAT_VERSION, WeightDiagnosticsError, text=TEXT)
+    recorded = json.loads(attrs[CHECKSUM_ATTR])
 
     for key in TEXT:  # strings are hashed as the bytes written
         if recorded.get(key, {}).get("sha256") != [array_sha256(np.array([v.encode() for v in arrays[key]]))]:

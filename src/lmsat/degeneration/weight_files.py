@@ -33,15 +33,14 @@ the tables and listed in the identical-weights table, so figures can draw them a
 
 from __future__ import annotations
 
-import json
 import logging
 from concurrent.futures import Future
 
-import h5py
 import numpy as np
 
-from lmsat.core.integrity import BOUNDS, CHECKSUM_ATTR, check_values, hdf5_checksums, verify_hdf5
-from lmsat.core.io import atomic_path, check_identity, library_versions, promised_by_path
+from lmsat.core.checked_hdf5 import read_checked_hdf5, write_checked_hdf5
+from lmsat.core.integrity import BOUNDS, check_values
+from lmsat.core.io import check_identity, promised_by_path
 
 log = logging.getLogger(__name__)
 
@@ -144,12 +143,7 @@ def attention_arrays(model) -> tuple[dict[str, np.ndarray], dict]:
 
 
 def _write(path, arrays: dict[str, np.ndarray], attrs: dict) -> None:
-    with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
-        for key, values in arrays.items():
-            f.create_dataset(key, data=values)
-        f.attrs.update({k: v for k, v in attrs.items() if v is not None})
-        f.attrs.update(versions=json.dumps(library_versions(), sort_keys=True), format_version=FORMAT_VERSION)
-        f.attrs[CHECKSUM_ATTR] = hdf5_checksums(arrays)
+    write_checked_hdf5(path, arrays, attrs, FORMAT_VERSION)
 
 
 def write_spectrum(path, spectrum: dict, record: dict, tokenizer_size: int | None) -> None:
@@ -166,18 +160,7 @@ def write_attention(path, arrays: dict[str, np.ndarray], shape_attrs: dict, reco
 
 
 def _read(path, datasets: tuple[str, ...]) -> tuple[dict[str, np.ndarray], dict]:
-    try:
-        with h5py.File(path, "r") as f:
-            if f.attrs.get("format_version") != FORMAT_VERSION:
-                raise WeightsFileError(f"{path} is of another format version; delete it and rerun")
-            missing = [key for key in datasets if key not in f]
-            if missing:
-                raise WeightsFileError(f"{path} lacks datasets {missing}; delete it and rerun")
-            verify_hdf5(f, path, datasets)
-            arrays = {key: f[key][...] for key in datasets}
-            attrs = {k: (v.item() if isinstance(v, np.generic) else v) for k, v in f.attrs.items()}
-    except OSError as error:
-        raise WeightsFileError(f"{path} is unreadable or truncated ({error}); delete it and rerun") from error
+    arrays, attrs = read_checked_hdf5(path, datasets, FORMAT_VERSION, WeightsFileError)
     where = f"{attrs.get('model')}@{attrs.get('revision')}"
     # Singular values are >= 0; every other value finite (cosine-free metrics, unbounded above).
     check_values(path, where, arrays, bounds={key: BOUNDS["singular_values"] for key in arrays if key.endswith("singular_values")})

@@ -1,0 +1,54 @@
+"""The per-checkpoint HDF5 files of the weights metrics (spectra, attention, gradient
+bottleneck, weight diagnostics): written at once, read back checked.
+
+    write_checked_hdf5(path, arrays, attrs, format_version)
+        one dataset per array, `attrs` (None values left out), the library versions, the
+        format version and the arrays' checksums (lmsat.core.integrity), atomically
+    read_checked_hdf5(path, datasets, format_version, error) -> (arrays, attrs)
+        `error` (the caller's exception class) for another format version, a missing
+        dataset or an unreadable file; IntegrityError for an array off its checksum
+"""
+
+from __future__ import annotations
+
+import json
+
+import h5py
+import numpy as np
+
+from lmsat.core.integrity import CHECKSUM_ATTR, hdf5_checksums, verify_hdf5
+from lmsat.core.io import atomic_path, library_versions
+
+
+def write_checked_hdf5(path, arrays: dict[str, np.ndarray], attrs: dict, format_version: int,
+                       digests: dict[str, np.ndarray] | None = None) -> None:
+    """`digests`: what the checksums are of, when a dataset is stored otherwise than hashed
+    (strings: hashed as the bytes written); by default the arrays themselves."""
+    with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
+        for key, values in arrays.items():
+            f.create_dataset(key, data=values)
+        f.attrs.update({k: v for k, v in attrs.items() if v is not None})
+        f.attrs.update(versions=json.dumps(library_versions(), sort_keys=True), format_version=format_version)
+        f.attrs[CHECKSUM_ATTR] = hdf5_checksums(arrays if digests is None else digests)
+
+
+def read_checked_hdf5(path, datasets: tuple[str, ...], format_version: int, error: type[Exception],
+                      text: tuple[str, ...] = ()) -> tuple[dict[str, np.ndarray], dict]:
+    """The `datasets` (those in `text` decoded to str, object arrays, and left to the caller
+    to check against their checksums) and the attributes (numpy scalars as Python ones)."""
+    try:
+        with h5py.File(path, "r") as f:
+            if f.attrs.get("format_version") != format_version:
+                raise error(f"{path} is of another format version; delete it and rerun")
+            missing = [key for key in datasets if key not in f]
+            if missing:
+                raise error(f"{path} lacks datasets {missing}; delete it and rerun")
+            numeric = tuple(key for key in datasets if key not in text)
+            verify_hdf5(f, path, numeric)
+            arrays = {key: f[key][...] for key in numeric}
+            for key in text:
+                arrays[key] = np.array([v.decode() if isinstance(v, bytes) else str(v) for v in f[key][...]], dtype=object)
+            attrs = {k: (v.item() if isinstance(v, np.generic) else v) for k, v in f.attrs.items()}
+    except OSError as err:
+        raise error(f"{path} is unreadable or truncated ({err}); delete it and rerun") from err
+    return arrays, attrs
