@@ -1,4 +1,4 @@
-"""Benchmark: what lmsat.callbacks.SaturationCallback costs a training run.
+"""Benchmark: what lmsat.SaturationCallback costs a training run.
 
     python benchmarks/callback_overhead.py                  # realistic: 16,384-token steps, a save every 50
     python benchmarks/callback_overhead.py --tiny           # the worst case: 1,024-token steps, a save every 2

@@ -1,4 +1,4 @@
-"""lmsat.callbacks: a real transformers.Trainer run of a tiny GPT-NeoX watched by
+"""lmsat.standalone.callback: a real transformers.Trainer run of a tiny GPT-NeoX watched by
 SaturationCallback, against the same run without it (bit-identical weights, the same
 checkpoints) and against what `lmsat init` + snakemake compute on its checkpoints (the same
 numbers); the values in the Trainer's log and in TensorBoard's event files; bad input refused

@@ -1,10 +1,10 @@
 """The exceptions that several layers raise and catch, in a leaf that imports nothing.
 
-Each is still importable from the module of its subject (lmsat.errors.ConfigError,
-lmsat.data.corpus.CorpusError, lmsat.checkpoints.fetch.FetchError, lmsat.checkpoints.loading.ModelLoadError,
-lmsat.planning.staging.StagingMissing), so `except lmsat.checkpoints.loading.ModelLoadError` keeps working; the
-library itself imports them from here, so that a loader and a staging job can raise each
-other's errors without importing each other (tests/test_layers.py).
+Each is also importable from the module of its subject (lmsat.data.corpus.CorpusError,
+lmsat.checkpoints.fetch.FetchError, lmsat.checkpoints.loading.ModelLoadError,
+lmsat.planning.staging.StagingMissing), so `except lmsat.checkpoints.loading.ModelLoadError`
+works; the library itself imports them from here, so that a loader and a staging job can
+raise each other's errors without importing each other (tests/test_layers.py).
 """
 
 from __future__ import annotations
@@ -61,5 +61,5 @@ class PublishedRecordError(ValueError):
 
 
 class MonitorError(ValueError):
-    """A model, sample or setting that lmsat.callbacks cannot watch a training run with;
+    """A model, sample or setting that lmsat.standalone.callback cannot watch a training run with;
     raised before training starts, naming the culprit and the fix."""

@@ -320,7 +320,7 @@ def choose_sample_size(lengths: np.ndarray, context: tuple[str, int] | None, *, 
       most SAMPLE_MAX_TOKENS.
 
     The one rule of `lmsat init` (the workflow's config), `lmsat analyse --text` and
-    lmsat.callbacks.SaturationCallback: the same text and model give the same sample in all
+    lmsat.SaturationCallback: the same text and model give the same sample in all
     three. A given value that the text or the model cannot serve is a CorpusError naming
     it as the user sets it (`options`: "n_tokens" and "seq_len" -> the option's spelling
     with {} for a value: "n_tokens={}", "--n-tokens {}", "sample.n_tokens: {}")."""

@@ -146,7 +146,7 @@ def sample_settings(settings: dict, model_config: dict, files, tokenizer_dir: Pa
     Given `seq_len` / `n_tokens` are taken; with `config` (the run config `settings` come
     from) its sample.seq_len and sample.n_tokens are; what is neither is chosen by
     lmsat.data.corpus.text_sample_size, the rule `lmsat init` writes into a run's config. So
-    `lmsat analyse --text`, lmsat.callbacks.SaturationCallback and a run of `lmsat init`'s
+    `lmsat analyse --text`, lmsat.SaturationCallback and a run of `lmsat init`'s
     config build the same sample of the same text. A value the text or the model cannot
     serve is an AnalyseError naming it as the user sets it (`options`: "n_tokens" and
     "seq_len" -> the option's spelling with {} for its value; a config's value is named
