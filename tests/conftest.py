@@ -103,6 +103,17 @@ def script(name):
     return module
 
 
+def perturbed(model, scale: float):
+    """A copy of `model` with N(0, scale^2) noise (torch's global generator) added to every parameter."""
+    import torch
+
+    later = copy.deepcopy(model)
+    with torch.no_grad():
+        for parameter in later.parameters():
+            parameter.add_(scale * torch.randn_like(parameter))
+    return later
+
+
 @pytest.fixture(scope="session")
 def tiny_neox():
     """A tiny randomly initialised GPT-NeoX (d=16, 2 layers, V=40 incl. padding rows)."""

@@ -151,19 +151,26 @@ def test_the_public_api_is_exported_lazily_with_docstrings():
     assert lmsat.METRICS is METRICS and lmsat.mean_pairwise_cosine(np.eye(3)) == 0.0
 
 
-def test_text_without_a_config_fits_the_sequences_to_a_small_model_s_context(tmp_path, tiny_neox):
-    """Issue 31, case 4: the README's `analyse CHECKPOINT --text eval.txt` on a model whose
-    context (64) is below the run default (2048 tokens a sequence): the sample's sequences are
-    capped at the context, with a note; --seq-len and --n-tokens choose them."""
+def checkpoint_and_text(tmp_path, model, lines: int):
+    """(run/checkpoint-50 of `model` with a tokenizer of 30 words, eval.txt of `lines` lines of
+    12 of those words: 13 tokens a line with its end)."""
     from conftest import word_tokenizer
 
     words = [f"w{i}" for i in range(30)]
     checkpoint = tmp_path / "run" / "checkpoint-50"
-    tiny_neox.save_pretrained(checkpoint)
+    model.save_pretrained(checkpoint)
     word_tokenizer(words).save_pretrained(checkpoint)
     rng = np.random.default_rng(0)
     text = tmp_path / "eval.txt"
-    text.write_text("\n".join(" ".join(rng.choice(words, size=12)) for _ in range(4000)) + "\n")  # 52k tokens: the default 50k
+    text.write_text("\n".join(" ".join(rng.choice(words, size=12)) for _ in range(lines)) + "\n")
+    return checkpoint, text
+
+
+def test_text_without_a_config_fits_the_sequences_to_a_small_model_s_context(tmp_path, tiny_neox):
+    """Issue 31, case 4: the README's `analyse CHECKPOINT --text eval.txt` on a model whose
+    context (64) is below the run default (2048 tokens a sequence): the sample's sequences are
+    capped at the context, with a note; --seq-len and --n-tokens choose them."""
+    checkpoint, text = checkpoint_and_text(tmp_path, tiny_neox, lines=4000)  # 52k tokens: the default 50k
     done = analyse(checkpoint, "--text", text, "--metrics", "loss", "--json", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Sequences of 64: the paper's 2048 capped at the context of checkpoint" in done.stderr
@@ -216,16 +223,9 @@ def test_a_text_too_short_for_n_tokens_names_the_flag_and_the_default_is_init_s_
     ...}` for a sample of the user's file. A size the text cannot give names --n-tokens (or
     the config's key) and the size it can; left out, the size is the one `lmsat init` writes
     for the same text and model, printed; the settings name the text's corpus."""
-    from conftest import word_tokenizer
     from test_own_run import init
 
-    words = [f"w{i}" for i in range(30)]
-    checkpoint = tmp_path / "run" / "checkpoint-50"
-    tiny_neox.save_pretrained(checkpoint)
-    word_tokenizer(words).save_pretrained(checkpoint)
-    rng = np.random.default_rng(0)
-    text = tmp_path / "eval.txt"
-    text.write_text("\n".join(" ".join(rng.choice(words, size=12)) for _ in range(1470)) + "\n")  # 1470 x 13 = 19,110 tokens
+    checkpoint, text = checkpoint_and_text(tmp_path, tiny_neox, lines=1470)  # 1470 x 13 = 19,110 tokens
     windows = 19_110 // 64
     asked = analyse(checkpoint, "--text", text, "--metrics", "loss", "--n-tokens", "50000", cwd=tmp_path)
     assert asked.returncode == 2 and "Traceback" not in asked.stderr

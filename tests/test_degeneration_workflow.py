@@ -25,7 +25,7 @@ from lmsat.planning.load import load_plan
 from lmsat.products.degeneration_tables import IDENTICAL_COLUMNS, anisotropy_tables, attention_table, spectra_tables
 from lmsat.products.metrics import METRICS
 
-from conftest import SCHEMA, script, word_tokenizer
+from conftest import SCHEMA, perturbed, script, word_tokenizer
 
 WORDS = [f"w{i}" for i in range(35)]  # + eos, unk = 37 tokenizer entries for a 40-row head
 
@@ -132,10 +132,7 @@ def checkpoints(tiny_neox, tmp_path_factory):
     torch.manual_seed(1)
     root, out = tmp_path_factory.mktemp("models"), tmp_path_factory.mktemp("out")
     word_tokenizer(WORDS).save_pretrained(str(root / "tokenizer"))
-    later = copy.deepcopy(tiny_neox)
-    with torch.no_grad():
-        for parameter in later.parameters():
-            parameter.add_(0.05 * torch.randn_like(parameter))
+    later = perturbed(tiny_neox, 0.05)
     files = {
         "step0": run_checkpoint_job(tiny_neox, "step0", 0, root, out),
         "step5": run_checkpoint_job(tiny_neox, "step5", 5, root, out),

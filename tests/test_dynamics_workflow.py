@@ -21,7 +21,7 @@ from lmsat.degeneration.weight_diagnostics import HEAD, matrix_diagnostics, read
 from lmsat.figures import FIGURES
 from lmsat.products.metrics import METRICS
 
-from conftest import script, word_tokenizer
+from conftest import perturbed, script, word_tokenizer
 from test_figure_legibility import assert_no_overlap
 
 WORDS = [f"w{i}" for i in range(35)]  # + eos, unk = 37 tokenizer entries for a 40-row head
@@ -85,10 +85,7 @@ def run(tiny_neox, tmp_path_factory):
     torch.manual_seed(1)
     root, out = tmp_path_factory.mktemp("models"), tmp_path_factory.mktemp("out")
     word_tokenizer(WORDS).save_pretrained(str(root / "tokenizer"))
-    later = copy.deepcopy(tiny_neox)
-    with torch.no_grad():
-        for parameter in later.parameters():
-            parameter.add_(0.3 * torch.randn_like(parameter))
+    later = perturbed(tiny_neox, 0.3)
     models = {"step0": tiny_neox, "step5": tiny_neox, "step9": later}
     for revision, model in models.items():
         checkpoint_job(model, revision, root, out)

@@ -20,6 +20,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from lmsat.commands.plan import parse_dry_run
 from lmsat.errors import ConfigError
 from lmsat.figures import FIGURES
 from lmsat.planning.config_files import load_yaml
@@ -29,6 +30,14 @@ from lmsat.products.metrics import table_metric
 from conftest import ROOT, SCHEMA, clone_like
 
 PYTHIA = ["14m", "31m", "70m", "160m", "410m", "1b", "1.4b", "2.8b", "6.9b", "12b"]
+
+
+def jobs_by_rule(output: str) -> dict[str, list[dict]]:
+    """rule -> the wildcards of each of its jobs in a `snakemake -n` listing (`lmsat plan`'s parser)."""
+    jobs = defaultdict(list)
+    for job in parse_dry_run(output):
+        jobs[job.rule].append(job.wildcards)
+    return jobs
 
 
 def dry_run(configfile: str):
@@ -44,14 +53,7 @@ def dry_run(configfile: str):
         )
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-3000:]
-    jobs = defaultdict(list)
-    rule = None
-    for line in output.splitlines():
-        if match := re.match(r"^(?:local)?(?:rule|checkpoint) (\w+):$", line.strip()):
-            rule = match.group(1)
-            jobs[rule].append({})
-        elif rule and (match := re.match(r"^wildcards: (.*)$", line.strip())):
-            jobs[rule][-1] = dict(part.split("=", 1) for part in match.group(1).split(", "))
+    jobs = jobs_by_rule(output)
     return jobs, output
 
 
@@ -197,14 +199,7 @@ def dry_run_elsewhere(configfile, directory):
         cwd=directory, capture_output=True, text=True, timeout=900, env=env,
     )
     output = result.stdout + result.stderr
-    jobs = defaultdict(list)
-    rule = None
-    for line in output.splitlines():
-        if match := re.match(r"^(?:local)?(?:rule|checkpoint) (\w+):$", line.strip()):
-            rule = match.group(1)
-            jobs[rule].append({})
-        elif rule and (match := re.match(r"^wildcards: (.*)$", line.strip())):
-            jobs[rule][-1] = dict(part.split("=", 1) for part in match.group(1).split(", "))
+    jobs = jobs_by_rule(output)
     return result.returncode, jobs, output
 
 
