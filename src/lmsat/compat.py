@@ -113,8 +113,7 @@ def _split_module(old: str) -> types.ModuleType:
         _warn(f"{old}.{name}", home)
         return value
 
-    module.__getattr__ = __getattr__
-    module.__path__ = []  # never a package, but `from old import name` needs only attributes
+    module.__getattr__ = __getattr__  # `from old import name` needs only attributes
     return module
 
 

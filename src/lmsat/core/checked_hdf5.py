@@ -12,6 +12,7 @@ bottleneck, weight diagnostics): written at once, read back checked.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 import h5py
 import numpy as np
@@ -33,16 +34,18 @@ def write_checked_hdf5(path, arrays: dict[str, np.ndarray], attrs: dict, format_
 
 
 def read_checked_hdf5(path, datasets: tuple[str, ...], format_version: int, error: type[Exception],
-                      text: tuple[str, ...] = ()) -> tuple[dict[str, np.ndarray], dict]:
+                      text: tuple[str, ...] = (),
+                      missing: Callable[[list[str]], Exception] | None = None) -> tuple[dict[str, np.ndarray], dict]:
     """The `datasets` (those in `text` decoded to str, object arrays, and left to the caller
-    to check against their checksums) and the attributes (numpy scalars as Python ones)."""
+    to check against their checksums) and the attributes (numpy scalars as Python ones).
+    `missing`: the exception for the datasets the file lacks, where the caller's differs."""
     try:
         with h5py.File(path, "r") as f:
             if f.attrs.get("format_version") != format_version:
                 raise error(f"{path} is of another format version; delete it and rerun")
-            missing = [key for key in datasets if key not in f]
-            if missing:
-                raise error(f"{path} lacks datasets {missing}; delete it and rerun")
+            lacking = [key for key in datasets if key not in f]
+            if lacking:
+                raise missing(lacking) if missing else error(f"{path} lacks datasets {lacking}; delete it and rerun")
             numeric = tuple(key for key in datasets if key not in text)
             verify_hdf5(f, path, numeric)
             arrays = {key: f[key][...] for key in numeric}

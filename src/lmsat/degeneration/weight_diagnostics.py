@@ -413,7 +413,8 @@ def read_diagnostics(path, check_path: bool = True) -> tuple[dict[str, np.ndarra
     hashed as written), made for the model and revision its path names (check_path), and
     NaN only where documented (zero matrix, alpha not fitted)."""
     keys = ("name", "layer", "rows", "cols", "status", *COLUMNS)
-    arrays, attrs = read_checked_hdf5(path, keys, FORMAT_VERSION, WeightDiagnosticsError, text=TEXT)
+    arrays, attrs = read_checked_hdf5(path, keys, FORMAT_VERSION, WeightDiagnosticsError, text=TEXT,
+                                      missing=lambda lacking: corrupt(path, f"it lacks datasets {lacking}"))
     recorded = json.loads(attrs[CHECKSUM_ATTR])
 
     for key in TEXT:  # strings are hashed as the bytes written
