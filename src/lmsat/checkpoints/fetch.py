@@ -46,6 +46,7 @@ from lmsat.errors import FetchError
 
 log = logging.getLogger(__name__)
 
+
 def allow_patterns(model: ModelEntry) -> list[str]:
     """Files of a revision to fetch: config, tokenizer and safetensors weights; pickle (.bin)
     weights only when the model allows them, Python files only when it trusts them."""

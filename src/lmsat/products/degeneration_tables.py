@@ -17,6 +17,7 @@ from lmsat.products.table_rows import flag_final, in_model_order, metric_records
 pd = lazy_module("pandas")  # imported by the first job that builds a table, not by every metric job
 log = logging.getLogger(__name__)
 
+
 def anisotropy_from_records(files, needed: dict, model_order: list[str] | None, part: int) -> pd.DataFrame:
     records = metric_records(files, ("anisotropy_layers", "anisotropy_last"))
     return anisotropy_tables(records, needed["loss"], model_order)[part]

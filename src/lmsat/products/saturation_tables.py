@@ -3,7 +3,6 @@ saturation verdicts, the best and final checkpoints, Table 1, and the scaling-la
 
 from __future__ import annotations
 
-import logging
 import math
 
 import numpy as np
@@ -16,7 +15,6 @@ from lmsat.saturation.downstream import METRICS as TABLE1_METRICS
 from lmsat.saturation.verdict import DEFAULT_ALPHA, DEFAULT_MIN_CHECKPOINTS, VERDICT_COLUMNS, verdict_from_paired
 
 pd = lazy_module("pandas")  # imported by the first job that builds a table, not by every metric job
-log = logging.getLogger(__name__)
 
 LOSS_COLUMNS = ["suite", "model", "revision", "step", "tokens", "loss", "loss_sem", "is_best", "is_final", "implausible_loss"]
 # A loss is implausible for its step when it is back near ln V (a uniform guess over the head's

@@ -17,6 +17,7 @@ from lmsat.core.lazy import lazy_module
 pd = lazy_module("pandas")  # imported by the first job that writes a table, not by every metric job
 log = logging.getLogger(__name__)
 
+
 def recorded_source(path) -> tuple[str, str, str]:
     """(model, revision, lmsat source hash) recorded in a per-checkpoint output: a JSON
     record or an HDF5 file (attributes); the hash is "" for a file from before it."""

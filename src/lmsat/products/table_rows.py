@@ -3,15 +3,13 @@ model order, a metric's scalars along training, and the on_disk / is_final flags
 
 from __future__ import annotations
 
-import logging
-
 from lmsat.core.integrity import check_values, require_keys
 from lmsat.core.io import read_record
 from lmsat.core.lazy import lazy_module
 from lmsat.degeneration.weight_files import RECORD_KEYS
 
 pd = lazy_module("pandas")  # imported by the first job that builds a table, not by every metric job
-log = logging.getLogger(__name__)
+
 
 def in_model_order(table: pd.DataFrame, model_order: list[str] | None, then: list[str]) -> pd.DataFrame:
     """Rows sorted by model in `model_order` (the plan's: by size, lmsat.planning.model_entries.by_size), then

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import math
 import re
 from pathlib import Path
@@ -15,8 +14,6 @@ import numpy as np
 
 from lmsat.errors import MonitorError
 from lmsat.standalone.monitor import Sample
-
-log = logging.getLogger(__name__)
 
 OWN_TABLES = ("saturation_verdicts",)  # the callback writes these itself, from its own verdict (its alpha)
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import logging
 import math
 import os
 import random
@@ -33,7 +32,6 @@ from lmsat.errors import MonitorError
 if TYPE_CHECKING:
     from lmsat.data.corpus import SampleSize
 
-log = logging.getLogger(__name__)
 
 DEFAULT_METRICS = ("loss", "anisotropy", "effective_rank", "spectra", "gradient_bottleneck")  # analyse's, but the attention grid
 # watched when asked: WeightWatcher's and pico-analyze's per-matrix diagnostics (a few seconds per
