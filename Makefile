@@ -45,7 +45,7 @@ lock:
 	rm -rf $(LOCK_VENV)
 	python3 -m venv $(LOCK_VENV)
 	$(LOCK_VENV)/bin/python -m pip install --quiet --no-deps "$(TORCH_RANGE)" --index-url $(TORCH_INDEX)
-	$(LOCK_VENV)/bin/python -m pip install --quiet -e ".[test]"
+	$(LOCK_VENV)/bin/python -m pip install --quiet -e ".[test,cloud]"
 	grep '^#' envs/lock.txt > envs/lock.txt.new
 	$(LOCK_VENV)/bin/python -m pip freeze --exclude-editable | grep -v '^#' \
 		| sed 's/^\(torch==[^+]*\)+.*/\1/' | sort -f >> envs/lock.txt.new

@@ -61,6 +61,20 @@ def job_seconds(checkout: Path) -> dict[str, float]:
     return dict(per_rule)
 
 
+def wait_for_all(runs: dict[str, tuple[subprocess.Popen, float]], checkouts: dict[str, Path]) -> dict[str, float]:
+    """{name: wall seconds} of runs started side by side; each run's wall ends when it does, not
+    when the other does. Exits naming the log of a run that failed."""
+    walls = {}
+    while len(walls) < len(runs):
+        for name, (process, started) in runs.items():
+            if name not in walls and process.poll() is not None:
+                if process.returncode != 0:
+                    sys.exit(f"the {name} run failed: see {checkouts[name] / 'benchmark_run.log'}")
+                walls[name] = time.perf_counter() - started
+        time.sleep(1)
+    return walls
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--old", required=True, help="the commit to compare with (e.g. 8f97160)")
@@ -73,14 +87,7 @@ def main() -> None:
     scratch.mkdir(parents=True, exist_ok=True)
     checkouts = {"new": clone(args.new, scratch / "new"), "old": clone(args.old, scratch / "old")}
     runs = {name: start_run(path, args.cores) for name, path in checkouts.items()}
-    walls = {}
-    while len(walls) < len(runs):  # each run's wall ends when it does, not when the other does
-        for name, (process, started) in runs.items():
-            if name not in walls and process.poll() is not None:
-                if process.returncode != 0:
-                    sys.exit(f"the {name} run failed: see {checkouts[name] / 'benchmark_run.log'}")
-                walls[name] = time.perf_counter() - started
-        time.sleep(1)
+    walls = wait_for_all(runs, checkouts)
     seconds = {name: job_seconds(path) for name, path in checkouts.items()}
     print(f"default run, new {args.new} vs old {args.old}, side by side, --cores {args.cores} each")
     print(f"{'rule':28s} {'new s':>9s} {'old s':>9s} {'new/old':>8s}")

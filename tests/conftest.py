@@ -51,9 +51,10 @@ def shipped_configs() -> list[Path]:
 # per worker (`--dist loadfile`: a file's session fixtures, such as the default run, are made
 # once), taking them in collection order: a long file collected last would run alone at the
 # end. Stable sort: the other files, and the tests within a file, keep their order.
-SLOWEST_FILES = ("test_workflow.py", "test_slurm.py", "test_faults.py", "test_own_run.py", "test_callbacks.py",
+SLOWEST_FILES = ("test_workflow.py", "test_slurm.py", "test_faults.py", "test_own_run.py", "test_storage.py", "test_callbacks.py",
                  "test_bottleneck_workflow.py", "test_saturation_workflow.py", "test_degeneration_workflow.py",
-                 "test_runs.py", "test_published_run.py", "test_verdict.py", "test_module.py")
+                 "test_runs.py", "test_trainer_layouts.py", "test_trainer_runs_workflow.py", "test_published_run.py",
+                 "test_verdict.py", "test_module.py")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -183,29 +183,39 @@ _EXACT_F64 = Tolerance(1e-8, 0, "float64 SVD of exact n-gram counts: LAPACK path
 # - alpha, alpha_sigma, alpha_xmin, alpha_weighted and alpha_n (a count): compared (rtol 5e-3, alpha_n exactly) where
 #   the recorded fit chose its xmin by a margin alpha_D_margin >= FIT_MARGIN (0.02: 1.8x the largest change of D
 #   under the noise), not compared elsewhere (bound inf): there the fit is not a reproducible number on another CPU.
-# - mp_softrank, mp_sigma: rtol 0.5 (2.5x the 0.20 under the noise): WeightWatcher's MP fit is not smooth in its input.
-FIT_MARGIN = 0.02
+# - mp_softrank, mp_sigma (issue 50): WeightWatcher's MP fit makes discrete choices (the kernel density's peak, a
+#   tie where the estimate is flat-topped; the start of its Nelder-Mead polish, and the polish's path), so it is
+#   not smooth in its input: 3 of the 324 matrices move by 5-7% with the same eigenvalues summed in another order,
+#   and under the 1e-3 noise above some move by up to 3.8x. mp_softrank_margin says how decisively the choices
+#   were made (lmsat.degeneration.weight_diagnostics); the fits with a margin >= MP_FIT_MARGIN (0.01: 249 of 324)
+#   moved by at most 2.6% under that noise (8 draws each), those summed in another order not at all. So: rtol 0.1
+#   (3.8x) where the recorded margin is >= MP_FIT_MARGIN, not compared elsewhere (bound inf), as alpha.
+# - mp_softrank_margin: not compared (bound inf): a gap between discrete choices, it jumps when they change; the
+#   recorded one decides where the soft rank is compared.
+FIT_MARGIN = 0.02  # alpha_D_margin from which alpha is compared (lmsat.degeneration.weight_diagnostics.REPRODUCIBLE)
+MP_FIT_MARGIN = 0.01  # mp_softrank_margin from which the MP soft rank is compared (the same)
 
 
-def _fit(column: str, rtol: float) -> Tolerance:
-    """A column of the power-law fit: rtol of its size where the recorded row's xmin was chosen by a margin of
-    at least FIT_MARGIN in KS distance, no bound elsewhere (PEERS_MEASURED)."""
+def _fit(column: str, rtol: float, margin: str = "alpha_D_margin", least: float = FIT_MARGIN,
+         measured: str = "3.3e-4 relative (variants, same xmin)") -> Tolerance:
+    """A column of a fit with discrete choices: rtol of its size where the recorded row's `margin` column says they
+    were made by at least `least`, no bound elsewhere (PEERS_MEASURED)."""
 
     def scale(row: dict[str, str]) -> float:
-        if row.get("alpha_D_margin", "") == "" or float(row["alpha_D_margin"]) < FIT_MARGIN:
-            return math.inf  # an xmin the noise can move: alpha on another CPU may be another fit's
+        if row.get(margin, "") == "" or float(row[margin]) < least:
+            return math.inf  # a choice the noise can flip: the value on another CPU may be another fit's
         return abs(float(row[column]))
 
     rtol_or_count = rtol if rtol else 1.0  # a count (alpha_n): bound 0 where compared (terms 0), inf elsewhere
-    return Tolerance(0, rtol_or_count, f"power-law fit column, compared where alpha_D_margin >= {FIT_MARGIN}: measured "
-                     "3.3e-4 relative (variants, same xmin); elsewhere the xmin may flip (PEERS_MEASURED)",
+    return Tolerance(0, rtol_or_count, f"fit column, compared where {margin} >= {least}: measured {measured}; "
+                     "elsewhere the fit may choose otherwise (PEERS_MEASURED)",
                      terms=scale if rtol else (lambda row: 0.0 if math.isfinite(scale(row)) else math.inf))
 
 
 _SIMILARITY = Tolerance(1e-4, 0, "CKA, SVCCA, PWCCA in [0, 1]; measured 1.7e-6 between variants (PEERS_MEASURED), x 59")
 _WEIGHTS = Tolerance(1e-9, 5e-3, "of a trained block matrix, as the attention metrics; measured <= 5.2e-4 (PEERS_MEASURED)")
 _KS = Tolerance(2.5e-2, 0, "a KS distance (continuous in the eigenvalues): 1.1e-2 under 1e-3 eigenvalue noise (PEERS_MEASURED)")
-_MP_FIT = Tolerance(0, 0.5, "WeightWatcher's MP fit: 0.20 relative under 1e-3 eigenvalue noise, 5.8e-2 between variants")
+_MP_FIT_MARGIN = Tolerance(math.inf, 0, "a gap between the MP fit's discrete choices: jumps with them (PEERS_MEASURED)")
 TOLERANCES: dict[str | tuple[str, str], Tolerance] = {
     # losses, nats (loss, anisotropy_training, best_final, bottleneck_*, scaling_shortfall)
     "loss": _LOSS,
@@ -274,7 +284,9 @@ TOLERANCES: dict[str | tuple[str, str], Tolerance] = {
     **{("weight_alpha", c): _KS for c in ("alpha_D", "alpha_D_margin")},
     **{("weight_alpha", c): _fit(c, 5e-3) for c in ("alpha", "alpha_sigma", "alpha_xmin", "alpha_weighted")},
     ("weight_alpha", "alpha_n"): _fit("alpha_n", 0),
-    **{("weight_alpha", c): _MP_FIT for c in ("mp_softrank", "mp_sigma")},
+    **{("weight_alpha", c): _fit(c, 0.1, "mp_softrank_margin", MP_FIT_MARGIN, "2.6% relative under 1e-3 eigenvalue noise")
+       for c in ("mp_softrank", "mp_sigma")},
+    ("weight_alpha", "mp_softrank_margin"): _MP_FIT_MARGIN,
 }
 
 
@@ -310,6 +322,17 @@ GRADIENT_TOLERANCES = {
     **{("gradient_bottleneck", c): _COUNT for c in ("random_energy", "d_over_v", "frequent_share")},  # ratios of counts
 }
 TOLERANCES.update(GRADIENT_TOLERANCES)
+
+# The order of events (issue 53; lmsat.saturation.event_order): the toy's rows say `no rise`, and
+# their floats are checkpoint tokens (step x tokens per step), grid spacings and the config's
+# alpha: no CPU-dependent arithmetic. Across models the toy has no pair of one size, so tau
+# and p_value are empty; smallest_p is a count of arrangements (1 of 1).
+EVENT_TOLERANCES = {
+    **{("event_order", c): _COUNT for c in ("onset_tokens", "onset_low_tokens", "onset_high_tokens", "resolution_steps",
+                                              "alpha")},
+    **{("event_prediction", c): _COUNT for c in ("smallest_p", "alpha")},
+}
+TOLERANCES.update(EVENT_TOLERANCES)
 
 def tolerance_of(table: str, column: str, tolerances=TOLERANCES) -> Tolerance | None:
     return tolerances.get((table, column), tolerances.get(column))

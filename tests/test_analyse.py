@@ -103,6 +103,8 @@ def test_analyse_on_text_builds_the_workflow_s_sample_and_names_it(toy_run, tmp_
     assert built["sha256"] == run_sample["sha256"]
     assert f"built from {text}" in done.stdout and "sample_eval_tokens" in done.stdout
     assert str(saved) in done.stdout and built["sha256"][:12] in done.stdout
+    # issue 50, item 11: the output said "its numbers are not that run's" of this very sample
+    assert "the same sha256, so that run's numbers" in done.stdout and "not that run's" not in done.stdout
     loss = float(next(line.split()[1] for line in done.stdout.splitlines() if line.strip().startswith("loss ")))
     assert abs(loss - records["loss"]["loss"]) < TOL
 

@@ -117,3 +117,35 @@ def test_bad_shapes_and_too_few_vectors_raise():
     acc = MeanCosineAccumulator().update(np.ones((3, 5)))
     with pytest.raises(ValueError, match="d=4 but earlier chunks had d=5"):
         acc.update(np.ones((3, 4)))
+
+
+def test_the_per_sequence_influence_leaves_out_zero_rows_as_the_value_does():
+    """Zero rows (an embedding row that padding_idx keeps at zero) are left out of A(H) and of
+    each sequence's count, so the influence is the derivative of the weighted statistic over the
+    non-zero rows (brute force: central differences of the weighted mean cosine)."""
+    from lmsat.degeneration.anisotropy import mean_cosine_by_sequence, mean_cosine_influence, mean_pairwise_cosine_bruteforce
+
+    rng = np.random.default_rng(3)
+    n_seq, seq_len, d = 6, 5, 4
+    hidden = rng.normal(size=(n_seq * seq_len, d)) + 0.5  # (N, d), some shared direction
+    hidden[[0, 7, 8, 21]] = 0.0  # zero vectors in three sequences
+    blocks = (hidden[i : i + 2 * seq_len] for i in range(0, len(hidden), 2 * seq_len))  # whole sequences
+    accumulator, unit_sums, counts = mean_cosine_by_sequence(blocks, n_seq, seq_len, d)
+    kept = np.linalg.norm(hidden, axis=1) > 0
+    assert accumulator.n_skipped == 4 and accumulator.n == kept.sum()
+    assert accumulator.value == pytest.approx(mean_pairwise_cosine_bruteforce(hidden[kept]), rel=1e-12)
+    assert counts.tolist() == [4, 3, 5, 5, 4, 5]
+
+    units = hidden[kept] / np.linalg.norm(hidden[kept], axis=1, keepdims=True)
+    cosines = units @ units.T
+    sequence_of_row = np.repeat(np.arange(n_seq), seq_len)[kept]
+
+    def weighted(w):  # (n_seq,) -> the mean cosine over pairs of the weighted non-zero rows
+        rows = w[sequence_of_row]
+        n = rows.sum()
+        return (rows @ cosines @ rows - rows @ rows + (rows**2 - rows).sum()) / (n * (n - 1))
+
+    step = 1e-5
+    differences = np.array([(weighted(1 + step * e) - weighted(1 - step * e)) / (2 * step) for e in np.eye(n_seq)])
+    influence = mean_cosine_influence(unit_sums, counts)
+    assert np.allclose(influence, differences, rtol=1e-6, atol=1e-9 * np.abs(differences).max())

@@ -160,3 +160,29 @@ def test_nan_or_inf_in_a_factor_raises():
         broken[1, 3, 0] = bad
         with pytest.raises(ValueError, match="NaN/Inf"):
             factor_metrics(broken, b)
+
+
+@pytest.mark.parametrize("key, value, bounds", [
+    ("qk/effective_rank", 9.0, r"\[1, 8\]"),  # d_head 8: at most 8 singular values
+    ("vo/stable_rank", 0.5, r"\[1, 8\]"),
+    ("qk/nuclear_ratio", 1.5, r"\[0, 1\]"),
+    ("vo/balance_gap", -0.1, r"\[0, inf\]"),
+])
+def test_an_attention_file_with_an_impossible_value_is_refused_even_with_its_checksum_recomputed(
+        tiny_neox, tmp_path, key, value, bounds):
+    import re
+
+    from lmsat.core.integrity import IntegrityError
+    from lmsat.degeneration.weight_files import attention_arrays, read_attention, write_attention
+
+    arrays, shape = attention_arrays(tiny_neox)
+    read = tmp_path / "attention" / "tiny" / "step3.h5"
+    read.parent.mkdir(parents=True)
+    record = dict(suite="s", model="tiny", revision="step3", step=3, tokens=30)
+    write_attention(read, arrays, shape, record, 16)
+    read_attention(read)
+    arrays[key][1, 0] = value
+    write_attention(read, arrays, shape, record, 16)  # checksums of the edited values
+    with pytest.raises(IntegrityError, match=rf"{re.escape(str(read))} is corrupt: tiny@step3: dataset `{key}` at "
+                       rf"\(1, 0\) is {re.escape(repr(value))}, outside {bounds}.*rule analyse_checkpoint"):
+        read_attention(read)

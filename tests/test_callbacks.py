@@ -1,8 +1,9 @@
-"""lmsat.standalone.callback: a real transformers.Trainer run of a tiny GPT-NeoX watched by
-SaturationCallback, against the same run without it (bit-identical weights, the same
-checkpoints) and against what `lmsat init` + snakemake compute on its checkpoints (the same
-numbers); the values in the Trainer's log and in TensorBoard's event files; bad input refused
-before training starts."""
+"""lmsat.standalone.callback: a real transformers.Trainer run of a tiny Llama (pad_token_id =
+eos_token_id: a zero embedding row) watched by SaturationCallback, against the same run
+without it (bit-identical weights, the same checkpoints) and against what `lmsat init` +
+snakemake compute on its checkpoints (the same numbers); the values in the Trainer's log and
+in TensorBoard's event files; bad input refused before training starts; a measure that
+fails marked, never the end of training."""
 
 from __future__ import annotations
 
@@ -21,22 +22,41 @@ STEPS, SAVE = 24, 8  # checkpoint-8, -16, -24
 TOL = dict(rtol=1e-6, atol=1e-7)  # the workflow's own reruns agree to this (test_own_run)
 
 
-def trainer_of(out, text, tokenizer, callbacks=(), max_steps=STEPS, save_steps=SAVE, report_to="none", **extra):
-    """The Trainer of test_own_run.train (same seed, model and data), with `callbacks`."""
+def trainer_of(out, text, tokenizer, callbacks=(), max_steps=STEPS, save_steps=SAVE, report_to="none", family="gpt_neox",
+               **extra):
+    """The Trainer of test_own_run.train (same seed, model and data), with `callbacks`. family
+    "llama": a tiny Llama with pad_token_id = eos_token_id, a common recipe: transformers
+    builds its embedding with padding_idx, so that row is zero and stays zero, and the eval
+    sample joins its documents with that token (layer-0 states of zero there)."""
     import torch
-    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM, Trainer, TrainingArguments, default_data_collator
+    from transformers import (
+        GPTNeoXConfig,
+        GPTNeoXForCausalLM,
+        LlamaConfig,
+        LlamaForCausalLM,
+        Trainer,
+        TrainingArguments,
+        default_data_collator,
+    )
 
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    config = GPTNeoXConfig(vocab_size=len(tokenizer) + 4, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
-                           intermediate_size=32, max_position_embeddings=64, tie_word_embeddings=False,
-                           eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.eos_token_id)
+    if family == "llama":
+        model = LlamaForCausalLM(LlamaConfig(
+            vocab_size=len(tokenizer) + 4, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
+            intermediate_size=32, max_position_embeddings=64, tie_word_embeddings=False,
+            pad_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.eos_token_id))
+    else:
+        model = GPTNeoXForCausalLM(GPTNeoXConfig(
+            vocab_size=len(tokenizer) + 4, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32,
+            max_position_embeddings=64, tie_word_embeddings=False, eos_token_id=tokenizer.eos_token_id,
+            bos_token_id=tokenizer.eos_token_id))
     args = TrainingArguments(
         output_dir=str(out), max_steps=max_steps, save_steps=save_steps, per_device_train_batch_size=4,
-        learning_rate=3e-3, warmup_steps=2, logging_steps=1000, report_to=report_to, use_cpu=True, seed=0,
-        dataloader_num_workers=0, disable_tqdm=True, save_strategy="steps", **extra,
+        learning_rate=3e-3, warmup_steps=2, report_to=report_to, use_cpu=True, seed=0, dataloader_num_workers=0,
+        disable_tqdm=True, save_strategy="steps", **{"logging_steps": 1000, **extra},
     )
-    return Trainer(model=GPTNeoXForCausalLM(config), args=args, train_dataset=Windows(tokenizer, text),
+    return Trainer(model=model, args=args, train_dataset=Windows(tokenizer, text),
                    processing_class=tokenizer, data_collator=default_data_collator, callbacks=list(callbacks))
 
 
@@ -51,17 +71,21 @@ def texts_and_tokenizer(base: Path, train_lines: int, eval_lines: int = 300):
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """Two 24-step runs of one seed, one watched, one not. The eval text holds about 19k
-    tokens (issue 44, item 3): too few for the paper's 50k-token sample, and the callback is
-    given no size: it takes the sample `lmsat init` writes into the workflow's config."""
+    """Two 24-step runs of one seed of a tiny Llama with pad_token_id = eos_token_id, one
+    watched (every default metric), one not. The eval text holds about 19k tokens (issue 44,
+    item 3): too few for the paper's 50k-token sample, and the callback is given no size: it
+    takes the sample `lmsat init` writes into the workflow's config. The sample joins its
+    documents with the eos token, whose embedding row is zero (issue 49, item 1: anisotropy's
+    ValueError on its zero vectors stopped trainer.train() at the first save)."""
     from lmsat.standalone.callback import SaturationCallback
 
     base = tmp_path_factory.mktemp("watched")
     text, eval_text, tokenizer = texts_and_tokenizer(base, train_lines=600, eval_lines=1530)
-    plain = trainer_of(base / "plain" / "out", text, tokenizer)
+    plain = trainer_of(base / "plain" / "out", text, tokenizer, family="llama", logging_steps=1)
     plain.train()
     callback = SaturationCallback(text=eval_text)
-    watched = trainer_of(base / "watched" / "out", text, tokenizer, [callback], report_to="tensorboard")
+    watched = trainer_of(base / "watched" / "out", text, tokenizer, [callback], report_to="tensorboard", family="llama",
+                         logging_steps=1)
     watched.train()
     return dict(base=base, eval=eval_text, plain=plain, watched=watched, callback=callback)
 
@@ -91,6 +115,43 @@ def test_watching_changes_no_bit_of_training_and_saves_the_same_checkpoints(runs
         assert str(x) == str(y) if kind == "scheduler.pt" else all(
             torch.equal(x["state"][i][k], y["state"][i][k]) for i in x["state"] for k in x["state"][i])
     assert runs["plain"].state.log_history[-1]["train_loss"] == runs["watched"].state.log_history[-1]["train_loss"]
+    # every step's training loss, and every parameter of the trained model in memory
+    losses = [[h["loss"] for h in run.state.log_history if "loss" in h] for run in (runs["plain"], runs["watched"])]
+    assert len(losses[0]) == STEPS and losses[0] == losses[1]
+    trained = dict(runs["watched"].model.named_parameters())
+    assert all(torch.equal(p, trained[k]) for k, p in runs["plain"].model.named_parameters())
+
+
+@slow
+def test_a_zero_embedding_row_is_left_out_of_anisotropy_counted_and_training_goes_on(runs):
+    """Issue 49, item 1: the Llama's eos row (padding_idx) is zero, so are the layer-0 states
+    of the sample's eos tokens, and, at every layer, those of an eos that opens a sequence (it
+    attends to itself alone, and a Llama block has no bias). Anisotropy leaves them out and
+    counts them (zero_rows), the callback says so once, and every evaluation is measured
+    (measure_failed empty)."""
+    from lmsat.data.hidden_states import layer_sample_index
+    from lmsat.products.table_files import read_table
+
+    model, eos = runs["watched"].model, runs["watched"].processing_class.eos_token_id
+    assert model.config.pad_token_id == eos and not model.get_input_embeddings().weight[eos].any()
+    assert runs["watched"].state.global_step == STEPS
+    tables = runs["base"] / "watched" / "out" / "lmsat" / "tables"
+    layers, training = read_table(tables / "anisotropy_layers.csv"), read_table(tables / "anisotropy_training.csv")
+    tokens = runs["callback"].sample.tokens  # (n_seq, seq_len)
+    is_eos = (tokens == eos).ravel()
+    opening = (np.cumprod(tokens == eos, axis=1) == 1).ravel()  # the eos tokens a sequence opens with
+    sampled = layer_sample_index(tokens.size, 4096, 0)  # the layer subsample (extraction defaults)
+    assert is_eos[sampled].sum() > opening[sampled].sum() > 0 and opening.sum() > 0
+    for step in (8, 16, 24):
+        at = layers[layers["step"] == step].sort_values("layer")
+        expected = [int(is_eos[sampled].sum())] + [int(opening[sampled].sum())] * 2
+        assert at["zero_rows"].tolist() == expected and (at["n_tokens"] + at["zero_rows"] == 4096).all()
+    assert training["zero_rows"].tolist() == [int(opening.sum())] * 3
+    assert (training["n_tokens"] + training["zero_rows"] == tokens.size).all()
+    assert layers["anisotropy"].notna().all() and training["anisotropy_last"].notna().all()
+    for path in sorted(tables.glob("*.csv")):
+        if path.name != "saturation_verdicts.csv":
+            assert read_table(path)["measure_failed"].isna().all(), path.name
 
 
 @slow
@@ -146,6 +207,7 @@ def test_the_rows_equal_the_workflow_s_on_the_saved_checkpoints(runs, tmp_path):
     assert read_sample(pipeline_sample)[1]["sha256"] == read_sample(mine / "sample.h5")[1]["sha256"]
     for name in tables:
         theirs, ours = read_table(work / "results" / "out" / "tables" / f"{name}.csv"), read_table(mine / "tables" / f"{name}.csv")
+        assert ours.pop("measure_failed").isna().all(), name  # the callback's own column: every measure done
         assert list(ours.columns) == list(theirs.columns), name  # same columns, provenance included
         assert len(ours) == len(theirs) > 0, name
         for column in ours.columns:
@@ -171,6 +233,9 @@ def test_the_rows_equal_the_workflow_s_on_the_saved_checkpoints(runs, tmp_path):
     (logged,) = [h for h in runs["watched"].state.log_history if h.get("step") == 16 and "lmsat/loss" in h]
     assert np.isclose(report["loss"]["loss"], logged["lmsat/loss"], **TOL)
     assert np.isclose(report["anisotropy"]["anisotropy_last"], logged["lmsat/anisotropy_last"], **TOL)
+    layer_0 = read_table(mine / "tables" / "anisotropy_layers.csv").query("layer == 0 and step == 16")
+    assert report["anisotropy"]["zero_rows_layers"][0] == layer_0["zero_rows"].item() > 0  # the eos tokens' zero states
+    assert np.isclose(report["anisotropy"]["anisotropy_layers"][0], layer_0["anisotropy"].item(), **TOL)
 
 
 # ---------------------------------------------------------------- bad input, before training starts
@@ -515,3 +580,184 @@ def test_a_run_past_its_first_epoch_says_so_beside_the_verdict(assets, tmp_path,
     trainer_of(tmp_path / "within", assets["text"], assets["tokenizer"], [within], max_steps=4, save_steps=4).train()
     verdict = read_table(tmp_path / "within" / "lmsat" / "tables" / "saturation_verdicts.csv")
     assert verdict["epoch"].iloc[0] < 1 and pd.isna(verdict["note"].iloc[0]) or verdict["note"].iloc[0] == ""
+
+
+# ---------------------------------------------------------------- issue 49: the callback never stops training
+
+
+def poisoning(at: int):
+    """A TrainerCallback that writes NaN into the LM head at the end of step `at`, before that
+    step's save: a run that diverges. Every measure of the callback fails there (the head's
+    spectrum and gradient bottleneck on the head, the others on the forward's NaN loss), and at
+    every later evaluation (the NaN reaches every weight)."""
+    import torch
+    from transformers import TrainerCallback
+
+    class Poison(TrainerCallback):
+        def on_step_end(self, args, state, control, model=None, **kwargs):
+            if state.global_step == at:
+                with torch.no_grad():
+                    model.get_output_embeddings().weight[0, 0] = float("nan")
+
+    return Poison()
+
+
+def test_a_measure_that_fails_is_a_named_warning_and_a_marked_row_and_strict_stops_training(assets, tmp_path):
+    """Issue 49, item 1: any failure of a measure inside the callback stopped trainer.train().
+    It is a warning naming the measure and a row marked `measure_failed` in its tables;
+    training goes on; the verdict is over the losses measured and its note names the others.
+    strict=True stops training there. A measure that fails alone leaves the others' rows,
+    and marks the rows of a table that needs it (anisotropy's, which hold the loss)."""
+    from lmsat.products.table_files import read_table
+    from lmsat.standalone.callback import SaturationCallback
+
+    callback = SaturationCallback(text=assets["eval"], n_tokens=640, tables_interval=0)
+    trainer = trainer_of(tmp_path / "out", assets["text"], assets["tokenizer"], [poisoning(4), callback], max_steps=6,
+                         save_steps=2)
+    with pytest.warns(UserWarning, match=r"out at step 4 \(checkpoint-4\): 5 measure\(s\) failed: spectra \(.*NaN/Inf.*\); "
+                                         r"gradient_bottleneck \(.*; loss \(the forward into the hidden-state cache failed: "
+                                         r"CacheError: the forward of out@checkpoint-4 gave non-finite loss.*\)\. Their rows in "
+                                         r"the tables are marked \(column measure_failed\); training goes on"):
+        trainer.train()
+    assert trainer.state.global_step == 6 and (tmp_path / "out" / "checkpoint-6").is_dir()
+    tables = tmp_path / "out" / "lmsat" / "tables"
+    for name in ("loss", "anisotropy_layers", "anisotropy_training", "effective_rank", "singular_entropy",
+                 "gradient_bottleneck"):
+        table = read_table(tables / f"{name}.csv")
+        assert list(dict.fromkeys(table["revision"])) == ["checkpoint-2", "checkpoint-4", "checkpoint-6"], name
+        marked = table.drop_duplicates("revision")["measure_failed"]
+        assert marked.isna().tolist() == [True, False, False] and "non-finite" in " ".join(marked.iloc[1:]) or \
+            "NaN/Inf" in " ".join(marked.iloc[1:]), name
+    loss = read_table(tables / "loss.csv")
+    assert loss["loss"].isna().tolist() == [False, True, True]
+    assert loss["is_final"].tolist() == [True, False, False]  # the last loss measured, the verdict's final
+    verdict = read_table(tables / "saturation_verdicts.csv")
+    assert verdict["checkpoints"].tolist() == [1] and verdict["final_step"].tolist() == [2]
+    assert "the loss of 2 evaluation(s) could not be measured (checkpoint-4, checkpoint-6" in verdict["note"].iloc[0]
+    logged = [h for h in trainer.state.log_history if "lmsat/measures_failed" in h]
+    assert [h["lmsat/measures_failed"] for h in logged] == [0.0, 5.0, 5.0] and "lmsat/loss" not in logged[1]
+
+    # the loss alone failing at checkpoint-2 (its record gone, a failure in its place): the other tables keep
+    # their rows there, and anisotropy's, which hold the loss beside it, are marked
+    from lmsat.standalone.callback_files import write_failures, write_tables
+
+    lmsat_dir = tmp_path / "out" / "lmsat"
+    (lmsat_dir / "metrics" / "loss" / "out" / "checkpoint-2.json").unlink()
+    identity = dict(suite="out", model="out", revision="checkpoint-2", step=2, tokens=loss["tokens"].iloc[0])
+    write_failures(lmsat_dir, identity, {"loss": "CacheError: a loss that failed alone"})
+    built = write_tables(lmsat_dir, callback.metrics, "out", callback.config_sha256, tmp_path / "out")
+    assert built["loss"]["measure_failed"].iloc[0] == "CacheError: a loss that failed alone"
+    assert built["effective_rank"]["measure_failed"].iloc[0] == "" and built["effective_rank"]["effective_rank"].notna()[0]
+    for name in ("anisotropy_training", "anisotropy_layers"):
+        assert built[name]["measure_failed"].iloc[0] == "no loss here (CacheError: a loss that failed alone)", name
+        assert len(built[name].query("revision == 'checkpoint-2'")) == 1, name  # one marked row, no layers
+
+    strict = trainer_of(tmp_path / "strict", assets["text"], assets["tokenizer"],
+                        [poisoning(4), SaturationCallback(text=assets["eval"], n_tokens=640, strict=True)], max_steps=6,
+                        save_steps=2)
+    with pytest.raises(ValueError, match="NaN/Inf"):
+        strict.train()
+    assert strict.state.global_step == 4 and not (tmp_path / "strict" / "checkpoint-6").exists()
+
+
+def test_a_resume_with_another_sample_is_refused_before_training_naming_both(assets, tmp_path):
+    """Issue 49, item 2: a run watched on 640 tokens, resumed (resume_from_checkpoint=True)
+    with n_tokens=1280, drew both samples' losses as one curve, kept is_best on the old
+    sample's checkpoint and overwrote sample.h5. It is refused when training starts, naming
+    both samples and the fix; nothing is trained, moved or overwritten. The same sample
+    resumes."""
+    from lmsat.data.corpus import read_sample
+    from lmsat.errors import MonitorError
+    from lmsat.products.table_files import read_table
+    from lmsat.standalone.callback import SaturationCallback
+
+    out, lmsat_dir = tmp_path / "out", tmp_path / "out" / "lmsat"
+    trainer_of(out, assets["text"], assets["tokenizer"], [SaturationCallback(text=assets["eval"], n_tokens=640)],
+               max_steps=4, save_steps=2).train()
+    old_sha = read_sample(lmsat_dir / "sample.h5")[1]["sha256"]
+    before = {p.relative_to(out): p.read_bytes() for p in lmsat_dir.rglob("*") if p.is_file()}
+    larger = trainer_of(out, assets["text"], assets["tokenizer"], [SaturationCallback(text=assets["eval"], n_tokens=1280)],
+                        max_steps=6, save_steps=2)
+    with pytest.raises(MonitorError) as refused:
+        larger.train(resume_from_checkpoint=True)
+    message = str(refused.value)
+    assert "training starts at step 4 with another eval sample than the one its kept evaluations (checkpoint-2, " \
+           "checkpoint-4) were measured on" in message
+    assert f"sample.h5: 10 sequences of 64 tokens (640 tokens, n_tokens=640), sha256 {old_sha[:12]}" in message
+    assert f"(text='{assets['eval']}', n_tokens=1280) is 20 sequences of 64 tokens (1,280 tokens" in message
+    assert "one curve over two samples" in message and "Fix: resume with the recorded sample" in message
+    assert larger.state.global_step == 4 and not (out / "checkpoint-6").exists()
+    assert {p.relative_to(out): p.read_bytes() for p in lmsat_dir.rglob("*") if p.is_file()} == before
+    # the recorded sample resumes, one curve on one sample
+    same = SaturationCallback(text=assets["eval"], n_tokens=640)
+    trainer_of(out, assets["text"], assets["tokenizer"], [same], max_steps=6, save_steps=2).train(resume_from_checkpoint=True)
+    loss = read_table(lmsat_dir / "tables" / "loss.csv")
+    assert loss["revision"].tolist() == ["checkpoint-2", "checkpoint-4", "checkpoint-6"] and sorted(same.history) == [2, 4, 6]
+    assert read_sample(lmsat_dir / "sample.h5")[1]["sha256"] == old_sha
+    # training afresh in that folder abandons every evaluation (after step 0), with the sample they were measured
+    # on; the new sample is then the folder's
+    with pytest.warns(UserWarning, match=r"the 3 evaluation\(s\) after it .* belong to an abandoned trajectory"):
+        trainer_of(out, assets["text"], assets["tokenizer"], [SaturationCallback(text=assets["eval"], n_tokens=1280)],
+                   max_steps=2, save_steps=2).train()
+    assert read_sample(lmsat_dir / "abandoned" / "after-step-0" / "sample.h5")[1]["sha256"] == old_sha
+    assert read_sample(lmsat_dir / "sample.h5")[0].size == 1280
+    assert read_table(lmsat_dir / "tables" / "loss.csv")["revision"].tolist() == ["checkpoint-2"]
+
+
+def test_on_disk_says_which_evaluations_still_have_their_checkpoint_folder(assets, tmp_path):
+    """Issue 49, item 3: on_disk was true on every row of the callback's tables, also for
+    checkpoints that save_total_limit rotated away and for evaluations between saves (no
+    folder). It is the workflow's: whether <output_dir>/<revision> is there. Every metric the
+    callback watches, its weight diagnostics too."""
+    from lmsat.products.table_files import read_table
+    from lmsat.standalone.callback import SaturationCallback
+    from lmsat.standalone.monitor import WATCHABLE
+
+    callback = SaturationCallback(text=assets["eval"], n_tokens=640, every_n_steps=3, metrics=WATCHABLE)
+    trainer_of(tmp_path / "out", assets["text"], assets["tokenizer"], [callback], max_steps=6, save_steps=2,
+               save_total_limit=1).train()
+    assert sorted(p.name for p in (tmp_path / "out").glob("checkpoint-*")) == ["checkpoint-6"]
+    tables = sorted((tmp_path / "out" / "lmsat" / "tables").glob("*.csv"))
+    assert {"weight_alpha.csv", "loss.csv", "anisotropy_layers.csv"} <= {p.name for p in tables}
+    for path in tables:
+        table = read_table(path)
+        if "on_disk" in table:
+            assert set(table["revision"]) <= {"checkpoint-2", "step-3", "checkpoint-4", "checkpoint-6"}, path.name
+            assert (table["on_disk"] == (table["revision"] == "checkpoint-6")).all(), path.name
+    assert read_table(tmp_path / "out" / "lmsat" / "tables" / "loss.csv")["revision"].tolist() == [
+        "checkpoint-2", "step-3", "checkpoint-4", "checkpoint-6"]
+
+
+def test_a_name_that_is_no_folder_name_and_metrics_none_when_made(assets):
+    """Issue 49, item 4: name='../../escape' (or 'a/b') was taken and failed inside training
+    with an IdentityError blaming a copied file; it is refused when the callback is made,
+    with a name that works. metrics=None was a bare TypeError; it means every metric, as
+    `metrics: null` in a run's config."""
+    from lmsat.errors import MonitorError
+    from lmsat.standalone.callback import SaturationCallback
+    from lmsat.standalone.monitor import WATCHABLE
+
+    for name, fix in (("../../escape", "escape"), ("a/b", "a-b"), ("", "run"), (".hidden", "hidden")):
+        with pytest.raises(MonitorError, match=rf"name={name!r} cannot be a folder name: .*Fix: name={fix!r}"):
+            SaturationCallback(text=assets["eval"], name=name)
+    assert SaturationCallback(text=assets["eval"], name="my-model.v2").name == "my-model.v2"
+    assert SaturationCallback(text=assets["eval"], metrics=None).metrics == WATCHABLE
+    with pytest.raises(MonitorError, match=r"metrics=5: a int, not a list of metrics"):
+        SaturationCallback(text=assets["eval"], metrics=5)
+    with pytest.raises(MonitorError, match=r"strict='yes'. Fix: True or False"):
+        SaturationCallback(text=assets["eval"], strict="yes")
+
+
+def test_a_missing_config_or_a_folder_without_a_tokenizer_is_refused_when_made(assets, tmp_path):
+    """Issue 49, item 1 (the list of what is refused before training, complete): config= a
+    missing file was a bare FileNotFoundError; tokenizer= a folder without a tokenizer failed
+    when training started. Both are refused when the callback is made, naming the option."""
+    from lmsat.errors import MonitorError
+    from lmsat.standalone.callback import SaturationCallback
+
+    with pytest.raises(MonitorError, match=r"config=.*nope\.yaml: no such file\. Fix: a run's config file"):
+        SaturationCallback(text=assets["eval"], config=tmp_path / "nope.yaml")
+    with pytest.raises(MonitorError, match=r"tokenizer=.*empty holds no tokenizer \(tokenizer\.json, .*Fix: the directory"):
+        (tmp_path / "empty").mkdir()
+        SaturationCallback(text=assets["eval"], tokenizer=tmp_path / "empty")
+    assert SaturationCallback(text=assets["eval"], tokenizer=assets["base"] / "tokenizer").tokenizer == assets["base"] / "tokenizer"

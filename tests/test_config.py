@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 import subprocess
 import sys
 from dataclasses import asdict
@@ -162,6 +163,20 @@ def test_pythia_plan_is_offline_and_complete(tmp_path):
     # and Snakemake says so (issue 44: it said "is extended by additional config")
     assert "Config file config/config.yaml is replaced by additional config" in result.stdout + result.stderr
     assert "is extended by" not in result.stdout + result.stderr
+
+
+def test_snakemake_lists_only_the_configfile_given_as_its_config_files(tmp_path):
+    """Issue 50, item 11: with --configfile, Snakemake's header listed config/config.yaml among
+    the config files ("Config file(s): [.../published.yaml, 'config/config.yaml']") while the
+    README says a --configfile replaces the default: it lists the file given alone; without
+    one, the default."""
+    given = _snakemake(tmp_path, "-n", "--configfile", str(ROOT / "config" / "published.yaml"), "-q", "rules")
+    assert given.returncode == 0, given.stderr[-2000:]
+    listed = re.search(r"Config file\(s\): (.*)", given.stdout + given.stderr).group(1)
+    assert "published.yaml" in listed and "config.yaml'" not in listed, listed
+    default = _snakemake(tmp_path, "-n", "-q", "rules")
+    assert default.returncode == 0, default.stderr[-2000:]
+    assert re.search(r"Config file\(s\): \['config/config.yaml'\]", default.stdout + default.stderr)
 
 
 def test_model_entries_do_not_depend_on_the_order_of_the_models(default_config):

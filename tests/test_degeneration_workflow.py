@@ -51,6 +51,48 @@ def test_anisotropy_metric_equals_bruteforce_on_a_real_cache(tiny_neox, tmp_path
     np.testing.assert_allclose(values["anisotropy_layers"], expected, rtol=0, atol=1e-9)
 
 
+def test_anisotropy_metric_leaves_out_and_counts_zero_vectors(tiny_neox, tmp_path):
+    """Issue 49, item 1: a zero embedding row (padding_idx: a Llama with pad_token_id =
+    eos_token_id) makes the layer-0 states of that token zero vectors, which have no cosine:
+    the metric raised ValueError (rule compute_checkpoint_metric, `lmsat analyse` and the
+    callback stopped). They are left out and counted; the value is the brute-force one over
+    the others. A set with fewer than two non-zero vectors is a ValueError naming it."""
+    import copy
+
+    import torch
+
+    model = copy.deepcopy(tiny_neox)
+    with torch.no_grad():
+        model.get_input_embeddings().weight[7] = 0  # token 7's embedding: zero
+    tokens = np.random.default_rng(0).integers(0, 37, size=(10, 12)).astype(np.int32)
+    tokens[:, ::5] = 7
+    path = tmp_path / "c.h5"
+    settings = ExtractionSettings(batch_size=3, chunk_sequences=4, layer_sample=50, seed=1)
+    extract_to_cache(model, tokens, path, identity=dict(model="tiny", revision="step1"), settings=settings)
+    with open_cache(path) as cache:
+        values = METRICS["anisotropy"].compute(cache)
+        layers, hidden = cache["layers"][...], cache["hidden"][...]  # (n_layers + 1, k, d), (n_tokens, d)
+    # token 7 everywhere at layer 0; and at every layer where it opens a sequence: it attends to itself alone,
+    # and the blocks of a freshly initialised model have zero biases
+    zero = [~layer.any(axis=1) for layer in layers]
+    zero_last = ~hidden.any(axis=1)
+    assert [int(z.sum()) for z in zero] == values["zero_rows_layers"] and zero[0].sum() > zero[1].sum() > 0
+    assert values["zero_rows_last"] == zero_last.sum() == 10 and values["n_tokens"] == 120 - 10
+    for layer, z, value in zip(layers, zero, values["anisotropy_layers"]):
+        assert abs(value - mean_pairwise_cosine_bruteforce(layer[~z])) < 1e-9
+    assert abs(values["anisotropy_last"] - mean_pairwise_cosine_bruteforce(hidden[~zero_last])) < 1e-9
+    # the tables count them beside each value
+    record = dict(suite="toy", model="tiny", revision="step1", step=1, tokens=10, metric="anisotropy", **values)
+    by_layer, training = anisotropy_tables([record], loss_frame([record]))
+    assert by_layer["zero_rows"].tolist() == values["zero_rows_layers"]
+    assert (by_layer["n_tokens"] + by_layer["zero_rows"] == 50).all() and training["zero_rows"].tolist() == [10]
+    tokens[:] = 7  # every layer-0 state zero: nothing to measure there
+    extract_to_cache(model, tokens, tmp_path / "z.h5", identity=dict(model="tiny", revision="step1"), settings=settings)
+    with open_cache(tmp_path / "z.h5") as cache, pytest.raises(ValueError, match=r"anisotropy of layer 0 needs at least "
+                                                                                r"2 non-zero vectors; 50 of its 50 are zero"):
+        METRICS["anisotropy"].compute(cache)
+
+
 def test_anisotropy_metric_refuses_nan_layers(tiny_neox, tmp_path):
     tokens = np.random.default_rng(0).integers(0, 37, size=(4, 8)).astype(np.int32)
     path = tmp_path / "c.h5"
@@ -309,6 +351,8 @@ def test_anisotropy_tables():
     assert final_b["anisotropy"].tolist() == pytest.approx([0.8, 0.81, 0.82, 0.83])
     row = training[(training["model"] == "a") & (training["step"] == 4)].iloc[0]
     assert row["loss"] == pytest.approx(4.6) and row["anisotropy_last"] == pytest.approx(0.421)
+    # records from before zero vectors were counted had none (that lmsat refused them)
+    assert (layers["zero_rows"] == 0).all() and (training["zero_rows"] == 0).all() and (layers["n_tokens"] == 50).all()
     ordered, _ = anisotropy_tables(records, loss_frame(records), model_order=["b", "a"])
     assert list(dict.fromkeys(ordered["model"])) == ["b", "a"]  # the plan's order, not by name
     loss = loss_frame(records)

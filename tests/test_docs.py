@@ -1,13 +1,22 @@
 """The documentation's relative links resolve: every `[text](path)` and `[text](path#anchor)`
 of the README, docs/, config/README.md and CHANGELOG.md names an existing file, and every
-anchor a heading of that file (GitHub's slugs). The README's test command is CI's."""
+anchor a heading of that file (GitHub's slugs). The README's test command is CI's. Every plan
+the docs quote (`lmsat plan`'s output, its numbers in the prose) is the current plan."""
 
 from __future__ import annotations
 
+import functools
+import os
 import re
+import shlex
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
-from conftest import ROOT
+import pytest
+
+from conftest import ROOT, shipped_configs
 
 DOCS = [ROOT / "README.md", ROOT / "CHANGELOG.md", ROOT / "config" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
@@ -132,3 +141,152 @@ def test_ci_takes_the_readmes_steps_in_order_before_make_test():
         ("make test", lambda line: line == "make test"))}
     assert None not in at.values(), at
     assert at["make run"] < at["init"] < at["own run"] < at["make test"], at
+
+
+# ---------------------------------------------------------------- lists of the registered metrics
+# issue 50, item 9: the lists in config comments, in the config `lmsat init` writes and in
+# `lmsat --help` named five metrics after three more were registered, and docs/callback.md wrote
+# the callback's metrics as `(..., "weight_diagnostics")`. Each list is generated from the
+# registry (lmsat.products.metrics) or, in a static file, checked against it here.
+
+METRIC_TUPLE = re.compile(r"\((\s*\"[a-z_]+\"(?:\s*,\s*\"[a-z_]+\")+\s*,?\s*)\)")
+REGISTERED_LIST = re.compile(r"every registered metric(?: \([^)\n]*\))?:\s*([a-z_ ]+(?:,\s*[a-z_ ]+)*)")
+
+
+def listed(text: str) -> list[str]:
+    return [name.strip() for name in text.replace(" and ", ", ").split(",") if name.strip()]
+
+
+def static_files() -> list[Path]:
+    """The docs and configs a user reads for what is (the CHANGELOG records what was): the shipped
+    configs only, never a user's own (config/mine.yaml, which .ci/run writes before `make test`)."""
+    return [*(path for path in DOCS if path.name != "CHANGELOG.md"), *shipped_configs(),
+            ROOT / "workflow" / "schemas" / "config.schema.yaml"]
+
+
+def test_every_list_of_metrics_in_docs_and_configs_is_the_registrys_or_the_callbacks():
+    """A list after "every registered metric:" names the registry's metrics; a tuple of metric
+    names (the callback's `metrics=`) is the callback's defaults, with or without
+    weight_diagnostics; none is elided with `...`."""
+    from lmsat.products.metrics import METRICS
+    from lmsat.standalone.monitor import DEFAULT_METRICS, WATCHABLE
+
+    found = 0
+    for path in static_files():
+        text = path.read_text(encoding="utf-8")
+        for names in REGISTERED_LIST.findall(text):
+            found += 1
+            assert listed(names) == list(METRICS), (path.name, names)
+        for names in METRIC_TUPLE.findall(text):
+            names = tuple(re.findall(r"\"([a-z_]+)\"", names))
+            if len(names) >= 3 and set(names) <= set(METRICS):
+                found += 1
+                assert names in (DEFAULT_METRICS, WATCHABLE), (path.name, names)
+        assert not re.search(r"metrics=\(\s*\.\.\.", text), f"{path.name}: an elided list of metrics"
+    assert found >= 2  # callback.md's tuples at least
+
+
+def test_the_lists_lmsat_prints_and_writes_are_the_registrys(capsys):
+    """`lmsat analyse --help` names every registered metric; `lmsat --help` names none of them
+    (it points to analyse's); `lmsat init` writes every one above `metrics: null`; the config
+    README lists every one."""
+    from lmsat.cli import main
+    from lmsat.commands.init import metrics_comment
+    from lmsat.products.metrics import METRICS
+
+    def help_of(*argv):
+        try:
+            main([*argv, "--help"])
+        except SystemExit:
+            pass
+        return " ".join(capsys.readouterr().out.split())
+
+    names = re.search(r"registered metrics: ([a-z_, ]+) \(default", help_of("analyse")).group(1)
+    assert listed(names) == list(METRICS)
+    top = help_of()
+    assert not any(re.search(rf"\b{name}\b", top) for name in METRICS), top
+    comment = " ".join(line.lstrip("# ") for line in metrics_comment().splitlines())
+    assert listed(REGISTERED_LIST.search(comment).group(1).rstrip(".")) == list(METRICS)
+    readme = (ROOT / "config" / "README.md").read_text(encoding="utf-8")
+    assert re.findall(r"^\| `([a-z_]+)` \| (?:cache|weights|cache_pairs) \|", readme, re.M) == list(METRICS)
+# ------------------------------------------------------------------ quoted plans (issue 50, item 4)
+# Every output of `lmsat plan` the docs quote is the current plan's: a quoted block is the
+# command's output (or lines of it, in order, "..." where it skips), and each number the prose
+# quotes of a plan (its jobs, a rule's jobs, its download, a checkpoint's disk_mb) is the plan's.
+
+PLAN_BLOCK = re.compile(r"^\$ python -m lmsat plan ([^\n]*)\n(.*?)\n```", re.S | re.M)
+
+
+@functools.cache
+def plan_output(arguments: str) -> str:
+    """What `python -m lmsat plan ARGUMENTS` prints, run from the checkout on a scratch directory."""
+    with tempfile.TemporaryDirectory(prefix="lmsat-quoted-plan-") as directory:
+        result = subprocess.run([sys.executable, "-m", "lmsat", "plan", *shlex.split(arguments), "--directory", directory],
+                                cwd=ROOT, capture_output=True, text=True, timeout=1200,
+                                env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout.rstrip("\n")
+
+
+def quoted_plans() -> list[tuple[str, str, str]]:
+    """(doc, arguments, quoted text) of every `$ python -m lmsat plan ...` block of the docs."""
+    return [(str(path.relative_to(ROOT)), found.group(1), found.group(2))
+            for path in DOCS for found in PLAN_BLOCK.finditer(path.read_text(encoding="utf-8"))]
+
+
+def test_the_docs_quote_plans():
+    quoted = {(doc, arguments) for doc, arguments, _ in quoted_plans()}
+    assert {("README.md", "--configfile config/pythia.yaml --gpus 8 --disk-mb 110000"),
+            ("docs/paper.md", "--configfile config/pythia.yaml --gpus 8 --disk-mb 110000"),
+            ("docs/paper.md", "--configfile config/cross-suite.yaml --gpus 8 --disk-mb 110000")} <= quoted, quoted
+
+
+@pytest.mark.parametrize("doc, arguments, text", quoted_plans(), ids=lambda value: value if "\n" not in value else "")
+def test_every_quoted_plan_is_the_current_plan(doc, arguments, text):
+    """Issue 50: docs/paper.md quoted the cross-suite plan as 6,962 jobs; it was 8,357."""
+    printed = plan_output(arguments).splitlines()
+    quoted = text.splitlines()
+    if "..." not in quoted:
+        assert quoted == printed, f"{doc} quotes another plan of `lmsat plan {arguments}`"
+        return
+    excerpt = [line for line in quoted if line != "..."]
+    at = [printed.index(line) if line in printed else None for line in excerpt]
+    assert None not in at, [line for line, where in zip(excerpt, at) if where is None]
+    assert at == sorted(at) and len(excerpt) >= 4
+
+
+def plan_numbers(configfile: str) -> dict:
+    """A plan's jobs (in all and by rule) and its download, as `lmsat plan` prints them."""
+    printed = plan_output(f"--configfile {configfile} --gpus 8 --disk-mb 110000")
+    return dict(jobs=re.search(r"^plan of run \S+: ([\d,]+) jobs", printed, re.M).group(1),
+                rules=dict((rule, n) for n, rule in re.findall(r"^ +([\d,]+)  (\w+) \(", printed, re.M)),
+                download=re.search(r"^download: ([\d.]+ [kMGT]B)", printed, re.M).group(1))
+
+
+def test_the_plan_numbers_the_prose_quotes_are_the_current_plans():
+    text = {path: (ROOT / path).read_text(encoding="utf-8") for path in ("README.md", "docs/paper.md",
+                                                                         "docs/performance.md", "config/README.md")}
+    default = re.search(r"runs the default pipeline end to end \(([\d,]+) jobs", text["README.md"]).group(1)
+    assert default == plan_numbers("config/config.yaml")["jobs"]
+    found = re.search(r"`python -m lmsat plan --configfile (config/[\w-]+\.yaml)` lists its ([\d,]+) jobs, "
+                      r"downloads \(([\d.]+ [kMGT]B)\)", text["docs/paper.md"])
+    numbers = plan_numbers(found.group(1))
+    assert (found.group(2), found.group(3)) == (numbers["jobs"], numbers["download"])
+    rule, jobs = re.search(r"Rule `(\w+)` is the expensive unit \(([\d,]+) jobs for the paper's Pythia plan\)",
+                           text["docs/performance.md"]).groups()
+    pythia = plan_numbers("config/pythia.yaml")
+    assert pythia["rules"][rule] == jobs
+    whole = re.search(r"all 154 revisions of the ten Pythia models take ~([\d.]+ TB)", text["config/README.md"]).group(1)
+    assert whole == pythia["download"]
+
+
+def test_the_disk_mb_the_docs_quote_is_a_fetch_jobs():
+    from lmsat.checkpoints.fetch import checkpoint_disk_mb, stored_bytes_per_param
+    from lmsat.commands.plan import load
+
+    text = (ROOT / "docs" / "cluster.md").read_text(encoding="utf-8")
+    gb, stored = re.search(r"(\d+) GB for Pythia-12b, whose\s+checkpoints take ([\d.]+) GB", text).groups()
+    plan = load(str(ROOT / "config" / "pythia.yaml"))
+    model = plan.models["pythia-12b"]
+    assert round(checkpoint_disk_mb(model, stored_bytes_per_param(model, plan.config["fetch"])) / 1000) == int(gb)
+    assert float(stored) == 23.7  # the hub's files (tests/test_suites.py STORED)

@@ -17,8 +17,9 @@ from lmsat.core.plan import ModelEntry
 from lmsat.data.corpus import read_sample, write_sample
 from lmsat.data.hidden_states import CacheError, ExtractionSettings, extract_to_cache, open_cache
 from lmsat.degeneration.similarity import linear_cka
-from lmsat.degeneration.weight_diagnostics import HEAD, matrix_diagnostics, read_diagnostics
+from lmsat.degeneration.weight_diagnostics import HEAD, REPRODUCIBLE, matrix_diagnostics, read_diagnostics
 from lmsat.figures import FIGURES
+from lmsat.figures.dynamics import REPRODUCIBLE as DRAWN_REPRODUCIBLE
 from lmsat.products.metrics import METRICS
 
 from conftest import perturbed, script, word_tokenizer
@@ -135,6 +136,18 @@ def test_tables_and_figures_from_the_rules_files(run, tmp_path):
         fig = FIGURES[stem].plot(built, paths)
         assert all(p.stat().st_size > 0 for p in paths)
         assert_no_overlap(fig, stem)
+    # issue 50, item 8: the head's alpha and MP soft rank are hollow where their fit is not reproducible on
+    # another CPU (its margin below REPRODUCIBLE's), and the footnote counts such fits among all
+    assert DRAWN_REPRODUCIBLE == REPRODUCIBLE  # the figure's copy (no h5py at DAG time) is the library's
+    fig = FIGURES["weight_alpha"].plot(built, [])
+    head = alpha[(alpha["matrix"] == HEAD) & (alpha["tokens"] > 0)]
+    footnote = " ".join(fig.texts[-1].get_text().split())
+    for ax, column in ((fig.axes[0], "alpha"), (fig.axes[2], "mp_softrank")):
+        margin, least = REPRODUCIBLE[column]
+        hollow = [x for line in ax.lines if line.get_markerfacecolor() == "white" for x in line.get_xdata()]
+        assert sorted(hollow) == sorted(head.loc[head[margin] < least, "tokens"]), column
+        fitted = alpha[column].notna()
+        assert f"{column} for {int(((alpha[margin] < least) & fitted).sum())} of {int(fitted.sum())} fits" in footnote
 
 
 def test_broken_weights_stop_the_job_naming_the_tensor_before_any_output(tiny_neox, tmp_path):

@@ -131,6 +131,32 @@ def test_write_offline_tasks_rejects_bad_arguments(tmp_path, kwargs, message):
         write_offline_tasks(tmp_path, make_docs(12) + ["lonely"], seed=0, **kwargs)
 
 
+def test_synthetic_mc_fits_the_models_context_and_scores_as_lm_eval_cut_it(tiny_model_dir, tmp_path, caplog):
+    """Issue 50, item 10: synthetic_mc's contexts of whole documents (255 words) exceeded the toy
+    models' context (64): lm-eval cut three quarters of each from the left, with a warning per
+    item (400 in `make run`). Built with context_words = the context, each item fits (the answer
+    too: lm-eval feeds context + answer but its last token) and scores as the cut one did."""
+    torch.set_num_threads(1)
+    rng = np.random.default_rng(5)
+    docs = [" ".join(rng.choice(WORDS, size=120)) for _ in range(12)]
+    whole, fitted = tmp_path / "whole", tmp_path / "fitted"
+    write_offline_tasks(whole, docs, n_docs=12, n_choices=4, seed=0)
+    write_offline_tasks(fitted, docs, n_docs=12, n_choices=4, seed=0, context_words=64)
+    for long, short in zip(read_jsonl(whole / "synthetic_mc.jsonl"), read_jsonl(fitted / "synthetic_mc.jsonl")):
+        assert short["context"].split() == long["context"].split()[-64:] and len(long["context"].split()) == 119
+        assert (short["choices"], short["gold"]) == (long["choices"], long["gold"])
+    accuracy = {}
+    for name, task_dir in (("whole", whole), ("fitted", fitted)):
+        caplog.clear()
+        with caplog.at_level("WARNING"):
+            out = run_lmeval(str(tiny_model_dir), "main", ["synthetic_mc"], batch_size=4, limit=None, device="cpu",
+                             local_files_only=True, include_path=[str(task_dir)])
+        accuracy[name] = out["results"]["synthetic_mc"]["acc,none"]
+        warned = sum("exceeds model's maximum length" in record.getMessage() for record in caplog.records)
+        assert warned == (12 if name == "whole" else 0), (name, warned)  # one per item (its choices in one batch)
+    assert accuracy["fitted"] == accuracy["whole"]
+
+
 def test_run_lmeval_offline_tasks_match_brute_force(tiny_model_dir, tmp_path):
     torch.set_num_threads(1)
     task_dir, cloze_data, cloze_dir = tmp_path / "tasks", tmp_path / "cloze_data", tmp_path / "cloze_task"

@@ -15,9 +15,9 @@ import pytest
 
 from lmsat.figures import FIGURES
 from lmsat.figures.bottleneck import plot_werror_loss
-from lmsat.figures.legibility import collisions, keep_clear, render, tick_labels
-from lmsat.figures.style import compact_number, named_steps_room, overlaps, panel_grid, plt
-from lmsat.figures.ticks import CompactLogLocator
+from lmsat.figures.legibility import collisions, keep_clear, render, sparse_log_axes, tick_labels
+from lmsat.figures.style import compact_number, log_axis, named_steps_room, overlaps, panel_grid, plt
+from lmsat.figures.ticks import CompactFormatter, CompactLogLocator
 
 TOKENS_PER_STEP = 4096  # an own toy run: 16 sequences of 256 tokens
 MODELS = ("toy-d16", "toy-d32", "toy-d64")
@@ -34,7 +34,7 @@ def run_steps(n: int) -> list[int]:
 def run_tables(steps) -> dict[str, pd.DataFrame]:
     """Every table a registered figure draws, one row group per (model, step), shaped like the
     workflow's (columns the figure functions read)."""
-    loss, training, spectra, entropy, attention, rank, layers = [], [], [], [], [], [], []
+    loss, training, spectra, entropy, attention, rank, layers, gradient = [], [], [], [], [], [], [], []
     final = max(steps)
     for k, model in enumerate(MODELS):
         # the smallest saturates at once: its best checkpoint, the first past step 0, is the
@@ -62,8 +62,14 @@ def run_tables(steps) -> dict[str, pd.DataFrame]:
                                       head=head, effective_rank=v, nuclear_ratio=v / 10, balance_gap=-v))
             for depth in (0.0, 0.5, 1.0):
                 layers.append(dict(base, is_final=step == final, relative_depth=depth, anisotropy=depth / 2 + k / 10))
+            # an own run's gradient bottleneck: every share between 0.1 and 0.16, rank / V 0.12 (issue 50:
+            # its log axis labelled 0.1 alone)
+            kept = 0.105 + 0.04 * step / max(final, 1) + 0.005 * k
+            gradient.append(dict(base, is_final=step == final, energy_kept=kept, energy_kept_sem=0.001,
+                                 random_energy=0.12, energy_kept_frequent=kept + 0.01, energy_kept_rare=kept - 0.01))
     frames = dict(loss=loss, anisotropy_training=training, spectra=spectra, singular_entropy=entropy,
-                  attention_lowrank=attention, effective_rank=rank, anisotropy_layers=layers)
+                  attention_lowrank=attention, effective_rank=rank, anisotropy_layers=layers,
+                  gradient_bottleneck=gradient)
     return {name: pd.DataFrame(rows) for name, rows in frames.items()}
 
 
@@ -139,6 +145,31 @@ def test_short_runs_label_their_token_axis(n_checkpoints):
         shown = [loc for loc in ax.xaxis.get_majorticklocs() if lo <= loc <= hi]
         assert len(shown) >= 2, f"{name}: {shown} in ({lo:.3g}, {hi:.3g})"
     plt.close("all")
+
+
+@pytest.mark.parametrize("n_checkpoints", [3, 8, 154])
+def test_every_log_axis_labels_two_ticks_or_more(n_checkpoints):
+    """A log axis read from one label does not say how far a factor of ten is (issue 50: an own
+    run's gradient bottleneck labelled its y axis 0.1 alone); lmsat.figures.legibility.sparse_log_axes."""
+    figures = figures_of_a_run(n_checkpoints)
+    assert "gradient_bottleneck" in figures
+    for name, fig in figures.items():
+        assert not sparse_log_axes(fig), f"{name} ({n_checkpoints} checkpoints): {sparse_log_axes(fig)}"
+
+
+def test_a_log_axis_with_one_label_is_found():
+    from matplotlib.ticker import FixedLocator, NullFormatter
+
+    fig, axes = panel_grid(2, sharex=False)
+    for ax in axes:
+        ax.plot([1, 2], [0.101, 0.158])
+        log_axis(ax, "y")  # lmsat's ticks: 0.1 to 0.16 labelled 0.1, 0.12, 0.14, 0.16
+    axes[0].yaxis.set_major_locator(FixedLocator([0.1]))  # as the ticks were: 0.1 alone
+    axes[0].yaxis.set_minor_formatter(NullFormatter())
+    axes[0].set_title("one label", loc="left")
+    found = sparse_log_axes(fig)
+    assert len(found) == 1 and found[0].startswith("one label: log y axis"), found
+    plt.close(fig)
 
 
 @pytest.mark.parametrize("n_checkpoints", [3, 8, 154])
@@ -253,3 +284,9 @@ def test_compact_log_ticks_and_labels():
     assert list(locator.tick_values(1e3, 1e6)) == [1e3, 1e4, 1e5, 1e6]
     assert len(locator.tick_values(1, 1e20)) <= 7
     assert [compact_number(v) for v in (0.05, 64, 1500, 2e6, 3e9, 1.4e12)] == ["0.05", "64", "1.5k", "2M", "3B", "1.4T"]
+    # narrower than two integer mantissas: round values evenly spaced, labelled apart
+    assert np.allclose(locator.tick_values(0.1, 0.16), [0.1, 0.12, 0.14, 0.16])
+    assert len(locator.tick_values(0.011, 0.019)) >= 2
+    formatter = CompactFormatter()
+    formatter.set_locs([0.1001, 0.1002, 0.1003])
+    assert [formatter(v) for v in (0.1001, 0.1002, 0.1003)] == ["0.1001", "0.1002", "0.1003"]

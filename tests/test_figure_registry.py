@@ -23,6 +23,13 @@ def test_every_figure_has_its_caption_and_a_real_draw_function():
     assert list(FIGURES)[:2] == ["fig1a_loss", "fig1b_scaling"]  # the paper's sections first
 
 
+def test_no_figure_title_holds_a_quote():
+    """The run summary's job takes the figures' titles as a parameter, and Snakemake's report
+    shows a parameter's str(): a title holding ' is shown in double quotes, escaped (\\")."""
+    quoted = {name: spec.title for name, spec in FIGURES.items() if "'" in spec.title or '"' in spec.title}
+    assert not quoted, quoted
+
+
 def test_the_registries_import_without_matplotlib_scipy_or_torch():
     """The workflow imports lmsat.products.metrics (with the lmsat.products.*_tables modules) and every figure module at DAG
     time, in every planning process: matplotlib and scipy take a good part of a second each."""

@@ -381,6 +381,23 @@ def test_sample_ids_past_the_head_are_refused_by_name(tmp_path):
 # ---------------------------------------------------------------- table, figure, summary line
 
 
+def synthetic_result(rng, d: int, share: float) -> dict:
+    """What measure gives for 20 sequences of 64 tokens whose tokens keep about `share` of
+    their gradient's energy, with a head of rank d."""
+    energy = np.clip(rng.normal(share, 0.1 * share, size=(20, 63)), 0, 1)
+    masks = [np.ones_like(energy, dtype=bool), rng.random(energy.shape) < 0.5]
+    masks.append(~masks[1])
+    return dict(
+        energy_sum=np.stack([(energy * m).sum(1) for m in masks], 1),
+        norm_sum=np.stack([(np.sqrt(energy) * m).sum(1) for m in masks], 1),
+        count=np.stack([m.sum(1) for m in masks], 1), kept_energy_sum=energy.sum(1), total_energy_sum=np.full(20, 63.0),
+        energy_quantiles=np.quantile(energy, [0.05, 0.25, 0.5, 0.75, 0.95]),
+        norm_quantiles=np.quantile(np.sqrt(energy), [0.05, 0.25, 0.5, 0.75, 0.95]),
+        rank=d, rows=V, hidden_size=d, head_dtype="float32", frequent_types=30, frequent_share=0.51, seq_len=64,
+        zero_gradients=0,
+    )
+
+
 def synthetic_table(tmp_path, models=(("toy-d16", 16, 0.5), ("toy-d128", 128, 0.65)), steps=(0, 16, 64, 800)):
     """gradient_bottleneck.csv from real files in the rule's layout: each model keeps about
     `final` x rank / V at its last step, rank / V at step 0."""
@@ -390,19 +407,7 @@ def synthetic_table(tmp_path, models=(("toy-d16", 16, 0.5), ("toy-d128", 128, 0.
     files = []
     for model, d, final in models:
         for i, step in enumerate(steps):
-            share = d / V * (1 - (1 - final) * i / (len(steps) - 1))
-            energy = np.clip(rng.normal(share, 0.1 * share, size=(20, 63)), 0, 1)
-            masks = [np.ones_like(energy, dtype=bool), rng.random(energy.shape) < 0.5]
-            masks.append(~masks[1])
-            result = dict(
-                energy_sum=np.stack([(energy * m).sum(1) for m in masks], 1),
-                norm_sum=np.stack([(np.sqrt(energy) * m).sum(1) for m in masks], 1),
-                count=np.stack([m.sum(1) for m in masks], 1), kept_energy_sum=energy.sum(1), total_energy_sum=np.full(20, 63.0),
-                energy_quantiles=np.quantile(energy, [0.05, 0.25, 0.5, 0.75, 0.95]),
-                norm_quantiles=np.quantile(np.sqrt(energy), [0.05, 0.25, 0.5, 0.75, 0.95]),
-                rank=d, rows=V, hidden_size=d, head_dtype="float32", frequent_types=30, frequent_share=0.51, seq_len=64,
-                zero_gradients=0,
-            )
+            result = synthetic_result(rng, d, d / V * (1 - (1 - final) * i / (len(steps) - 1)))
             path = tmp_path / "gradient_bottleneck" / model / f"step{step}.h5"
             path.parent.mkdir(parents=True, exist_ok=True)
             write_gradient_file(path, result, dict(suite="toy", model=model, revision=f"step{step}", step=step, tokens=1024 * step))
@@ -460,3 +465,38 @@ def test_the_summary_line_names_the_models_that_lose_the_most_with_their_interva
     assert "relative to rank / V: a (0.53 ± 0.013; its interval clear of the next lowest, c's 0.64 ± 0.016)" in text
     close = table.assign(energy_kept_sem=[0.02, 0.02, 0.002, 0.001])  # a's and b's ratios' intervals overlap
     assert "relative to rank / V: a (0.53 ± 1.3; its interval overlapping the next lowest" in gradient_fact(close)
+
+
+def _zero_counts(result):
+    """A hostile edit: every count zeroed, so each mean would be 0 / 0."""
+    result.update(count=np.zeros_like(result["count"]), energy_sum=np.zeros_like(result["energy_sum"]),
+                  norm_sum=np.zeros_like(result["norm_sum"]))
+
+
+@pytest.mark.parametrize("edit, problem", [
+    (_zero_counts, r"dataset `count` holds 0 targets and 0 zero gradients, not the sample's 20 x 63"),
+    (lambda r: r["energy_sum"].__setitem__((3, 0), r["norm_sum"][3, 0] + 5),
+     r"dataset `energy_sum` at \(3, 0\) is [0-9.]+, outside \[0, [0-9.]+\] \(per token the energy share is at most"),
+    (lambda r: r["norm_sum"].__setitem__((0, 1), 64.0), r"dataset `norm_sum` at \(0, 1\) is 64.0, outside \[0, \d+\] "
+     r"\(per token a share is at most 1\)"),
+    (lambda r: r.update(rank=3822), r"attribute `rank` is 3822.0, outside \[0, 16\] \(the head's rank is at most min"),
+    (lambda r: r["kept_energy_sum"].__setitem__(0, 70.0), r"dataset `kept_energy_sum` at \(0,\) is 70.0, outside \[0, 63\]"),
+    (lambda r: r.update(frequent_share=-0.5), r"attribute `frequent_share` is -0.5, outside \[0, 1\] \(a share\)"),
+    (lambda r: r["count"].__setitem__((2, 1), r["count"][2, 1] + 1), r"dataset `count` at \(2,\) is \d+.0, outside "
+     r"\[\d+, \d+\] \(the frequent and rare targets of a sequence are all its targets\)"),
+])
+def test_a_gradient_file_with_impossible_values_is_refused_even_with_its_checksum_recomputed(tmp_path, edit, problem):
+    """Values a gradient file cannot hold, written with valid checksums (write_gradient_file
+    hashes what it is given): a named error before summarize makes a NaN or a share above 1."""
+    import re
+
+    from lmsat.core.integrity import IntegrityError
+
+    result = synthetic_result(np.random.default_rng(0), D, D / V)
+    edit(result)
+    path = tmp_path / "gradient_bottleneck" / "toy-d16" / "step8.h5"
+    path.parent.mkdir(parents=True)
+    write_gradient_file(path, result, dict(suite="toy", model="toy-d16", revision="step8", step=8, tokens=8192))
+    with pytest.raises(IntegrityError, match=rf"{re.escape(str(path))} is corrupt: toy-d16@step8: {problem}.*"
+                       r"Fix: delete .* \(rule analyse_checkpoint makes it again\)"):
+        read_gradient_file(path)

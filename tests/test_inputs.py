@@ -520,8 +520,8 @@ def _lock():
 
 
 def test_the_lock_pins_every_requirement_within_pyprojects_ranges():
-    """`make` installs with envs/lock.txt as constraints: each requirement of pyproject (the
-    test extra included) pinned there, to a version its range admits (else pip refuses)."""
+    """`make` installs with envs/lock.txt as constraints: each requirement of pyproject (every
+    extra included: test, cloud) pinned there, to a version its range admits (else pip refuses)."""
     import tomllib
 
     from packaging.requirements import Requirement
@@ -533,7 +533,8 @@ def test_the_lock_pins_every_requirement_within_pyprojects_ranges():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     pins = _lock()
     assert "lmsat" not in pins  # the checkout itself is installed editable, never pinned
-    for line in project["dependencies"] + project["optional-dependencies"]["test"]:
+    extras = [line for lines in project["optional-dependencies"].values() for line in lines]
+    for line in project["dependencies"] + extras:
         requirement = Requirement(line)
         name = canonicalize_name(requirement.name)
         assert name in pins, f"envs/lock.txt pins no {name}: run `make lock`"

@@ -15,10 +15,12 @@ from lmsat.products.metrics import METRICS, table_metric
 from conftest import SCHEMA
 
 
-def _hidden(tmp_path, rows: np.ndarray):
+def _hidden(tmp_path, rows: np.ndarray, n_seq: int):
+    """A cache's `hidden` (n_seq sequences of len(rows) / n_seq tokens) and the `loss` of its sequences."""
     path = tmp_path / "cache.h5"
     with h5py.File(path, "w") as f:
         f.create_dataset("hidden", data=rows.astype(np.float32))
+        f.create_dataset("loss", data=np.ones((n_seq, len(rows) // n_seq - 1), dtype=np.float32))
     return path
 
 
@@ -26,7 +28,7 @@ def test_effective_rank_equals_a_float64_svd(tmp_path):
     rng = np.random.default_rng(0)
     # a common direction (anisotropy) over a rank-5 spread in d = 12: centring must reveal it
     rows = 4.0 + rng.normal(size=(3000, 5)) @ rng.normal(size=(5, 12)) * np.linspace(1, 0.2, 12)
-    with h5py.File(_hidden(tmp_path, rows), "r") as cache:
+    with h5py.File(_hidden(tmp_path, rows, 30), "r") as cache:
         values = METRICS["effective_rank"].compute(cache)
     stored = rows.astype(np.float32).astype(np.float64)
     s = np.linalg.svd(stored, compute_uv=False)
@@ -36,6 +38,7 @@ def test_effective_rank_equals_a_float64_svd(tmp_path):
     assert values["singular_entropy"] == pytest.approx(singular_entropy(s), rel=1e-6)
     assert values["n_tokens"] == 3000 and values["hidden_size"] == 12
     assert values["effective_rank"] < values["effective_rank_centered"] <= 5 + 1e-6  # rank 5 once centred
+    assert len(values["effective_rank_influence"]) == 30  # one per sequence (tests/test_event_order.py checks them)
 
 
 def test_effective_rank_refuses_nan(tmp_path):
@@ -43,7 +46,7 @@ def test_effective_rank_refuses_nan(tmp_path):
 
     rows = np.ones((10, 4))
     rows[7, 2] = np.nan
-    with h5py.File(_hidden(tmp_path, rows), "r") as cache, pytest.raises(CacheError, match="row 7"):
+    with h5py.File(_hidden(tmp_path, rows, 2), "r") as cache, pytest.raises(CacheError, match="row 7"):
         METRICS["effective_rank"].compute(cache)
 
 
@@ -72,7 +75,11 @@ def test_effective_rank_table_and_figure_draw_the_records(tmp_path):
     fig = figure.plot({"effective_rank": table}, [tmp_path / "effective_rank.png"])
     assert (tmp_path / "effective_rank.png").stat().st_size > 0
     left, right = fig.axes[:2]
-    assert [t.get_text() for t in left.get_legend().get_texts()] == ["small", "big"]
+    # the models by colour, then what solid and dashed mean (issue 50: the dashed curves were in no legend)
+    (legend,) = fig.legends
+    assert [t.get_text() for t in legend.get_texts()] == ["small", "big", "effective rank as is",
+                                                          "effective rank centred (mean row removed)"]
+    assert [handle.get_linestyle() for handle in legend.legend_handles[2:]] == ["-", "--"]
     drawn = table[table["tokens"] > 0]  # log axis: step 0 left out
     for model, solid, dashed, entropy in zip(("small", "big"), left.lines[0::2], left.lines[1::2], right.lines):
         rows = drawn[drawn["model"] == model]

@@ -99,6 +99,7 @@ def test_a_job_whose_staged_file_is_missing_fails_in_seconds_naming_it(tmp_path,
     missing = "results/staged/corpora/c.jsonl"
     job = SimpleNamespace(
         log=[str(tmp_path / "job.log")], output=[str(tmp_path / "sample.h5")],
+        input=[missing],  # as the rule declares it (a job reads its files as its inputs: lmsat.core.job_inputs)
         wildcards=SimpleNamespace(corpus="c", tokenizer="words"),
         params=SimpleNamespace(
             corpus={**hf_spec(tmp_path / "nowhere.jsonl"), "staged": missing},

@@ -231,6 +231,14 @@ def test_planning_discovers_checkpoints_reads_and_checks_the_architecture(small_
     assert (model.hidden_size, model.num_layers, model.tied_head) == (16, 2, False) and model.vocab_size > 0
     # honest offline defaults: no hub tasks, no toy ground truth, for a suite without hub/toy models
     assert plan.config["evaluation"]["tasks"] == [] and plan.config["ngrams"]["ground_truth"]["sample_sizes"] == []
+    # issue 50, item 6: the steps per epoch the latest checkpoint's trainer_state.json records, for the
+    # verdict's notes (past one epoch the data repeat); a fact of the plan, never of the entries (job params)
+    state = json.loads((out / "checkpoint-6" / "trainer_state.json").read_text())
+    assert state["epoch"] > 0 and plan.steps_per_epoch == {"mine": round(6 / state["epoch"], 3)}
+    (out_copy := tmp_path / "no-state").mkdir()
+    for name in ("checkpoint-2", "checkpoint-4", "checkpoint-6"):
+        shutil.copytree(out / name, out_copy / name, ignore=shutil.ignore_patterns("trainer_state.json"))
+    assert load_plan(local_config(out_copy, text, tokenizer), SCHEMA).steps_per_epoch == {}
     # a width that config.json contradicts fails planning, naming both values
     with pytest.raises(ConfigError, match=r"suites.mine.models\[0\].hidden_size': hidden_size=32 in the config, but "
                                           r".*checkpoint-\d/config.json states 16. Fix: set hidden_size: 16"):
@@ -602,3 +610,63 @@ def test_a_zero_filled_checkpoint_stops_its_job_and_untrained_weights_are_flagge
                                        f"ln V = {math.log(torch_config.vocab_size):.3f}"), verdict["notes"]
     summary = (workdir / "logs" / "out" / "summarize_run.log").read_text()
     assert "checkpoint-120 (step 120): loss" in summary
+
+
+@slow
+def test_a_final_checkpoint_that_left_the_disk_stays_every_tables_final(rising_run, tmp_path):
+    """Issue 49, item 5: checkpoint-120, the final, leaves the run folder (a bad final deleted,
+    or a rotation). Before, the next run compared every checkpoint's representations with
+    checkpoint-80 as "the final" while loss.csv and the verdict kept checkpoint-120: one run,
+    two finals. Now every comparison stays with the loss table's final, through its cache (no
+    job reruns), the rows say their reference left the disk, and Table 1 refuses to evaluate
+    a final that is gone. Once that cache is gone too, the records made against it are kept
+    and a checkpoint measured since has no rows "final", never another checkpoint's."""
+    source, _ = rising_run
+    base = tmp_path / "run"
+    shutil.copytree(source, base)
+    workdir = tmp_path / "work"
+    config = rising_config(base, workdir)
+    settings = yaml.safe_load(config.read_text())
+    settings.update(metrics=["loss", "representation_similarity"], extraction={"layer_sample": 256})
+    config.write_text(yaml.safe_dump(settings))
+    first = snakemake(workdir, config)
+    assert first.returncode == 0, first.stdout[-6000:]
+    before = table(workdir, "representation_similarity")
+    assert set(before.loc[before["reference"] == "final", "reference_revision"]) == {"checkpoint-120"}
+
+    shutil.move(base / "out" / "checkpoint-120", tmp_path / "away")
+    second = snakemake(workdir, config)
+    assert second.returncode == 0, second.stdout[-6000:]
+    assert "compare_checkpoint_caches" not in jobs_by_rule(second.stdout), second.stdout[-6000:]
+    loss = table(workdir, "loss")
+    assert loss.loc[loss["is_final"], "revision"].tolist() == ["checkpoint-120"]
+    after = table(workdir, "representation_similarity")
+    final = after[after["reference"] == "final"]
+    assert set(final["reference_revision"]) == {"checkpoint-120"} and not final["reference_on_disk"].any()
+    assert after.loc[after["reference"] == "previous", "reference_on_disk"].all()
+    assert not after.loc[after["revision"] == "checkpoint-120", "on_disk"].any()
+    keys = ["revision", "reference", "layer"]
+    merged = before.merge(after, on=keys, suffixes=("", "_after"))
+    assert len(merged) == len(before) == len(after)
+    np.testing.assert_array_equal(merged["cka"], merged["cka_after"])  # the same records, kept
+
+    evaluated = yaml.safe_load(config.read_text())
+    evaluated["evaluation"] = {"tasks": ["wikitext"]}
+    (workdir / "evaluated.yaml").write_text(yaml.safe_dump(evaluated))
+    refused = snakemake(workdir, workdir / "evaluated.yaml", "-n", "--", "table1")
+    assert refused.returncode != 0
+    assert ("model mine: its final checkpoint checkpoint-120 is no longer in" in refused.stdout
+            and "so Table 1 cannot evaluate it" in refused.stdout), refused.stdout[-4000:]
+
+    results = workdir / "results" / "out"
+    (results / "cache" / "mine" / "checkpoint-120.h5").unlink()
+    (results / "metrics" / "representation_similarity" / "mine" / "checkpoint-80.json").unlink()
+    third = snakemake(workdir, config)
+    assert third.returncode == 0, third.stdout[-6000:]
+    assert "the cache of its final checkpoint checkpoint-120 (no longer on disk) is gone too" in third.stdout
+    [remade] = jobs_by_rule(third.stdout)["compare_checkpoint_caches"]
+    assert "revision=checkpoint-80" in remade
+    last = table(workdir, "representation_similarity")
+    assert set(last.loc[last["reference"] == "final", "reference_revision"]) == {"checkpoint-120"}
+    assert set(last.loc[last["reference"] == "final", "revision"]) == {"checkpoint-40", "checkpoint-120"}
+    assert set(last.loc[last["revision"] == "checkpoint-80", "reference_revision"]) == {"checkpoint-40"}

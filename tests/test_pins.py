@@ -235,3 +235,28 @@ def test_a_relative_pins_path_is_written_and_read_beside_the_config_file(tmp_pat
     assert written.is_file() and not (tmp_path / "elsewhere" / "pins").exists()
     entry = load_plan(cfg, SCHEMA, config_dir=tmp_path / "configs").models[MODEL]
     assert entry.commits == tuple(commits[s] for s in STEPS)
+
+
+def test_two_steps_pinned_to_one_commit_are_refused_naming_both_and_the_commit(tmp_path, branch):
+    """A pasted row, half edited: step 300's row holds step 100's commit. One checkpoint would
+    be fetched twice and tabulated at two steps."""
+    _, commits, _ = branch
+    path = tmp_path / "pins" / f"{MODEL}.csv"
+    pinned = {s: (commits[100 if s == 300 else s], f"Saving HF Model -- Step {s}") for s in STEPS}
+    pins.write_pins(path, REPO_ID, pinned, "test")
+    plan_refused(config(tmp_path), "suites.pico.revisions.pins", f"pins file {path}, line 7",
+                 f"commit {commits[100]} is pinned for step 300 and, on line 5, for step 100")
+
+
+def test_a_pinned_commit_read_again_under_another_name_is_refused(tmp_path, branch):
+    """Shared weights are compared by the commit a pin resolves a revision to, not by its name:
+    a second model of the same repository listing step 100's commit as a revision reads the
+    checkpoint that toy-pico's step100 is pinned to."""
+    _, commits, _ = branch
+    pins.write_pins(tmp_path / "pins" / f"{MODEL}.csv", REPO_ID,
+                    {s: (commits[s], f"Saving HF Model -- Step {s}") for s in STEPS}, "test")
+    cfg = config(tmp_path)
+    cfg["suites"]["pico"]["models"].append({"name": "toy-pico-again", "id": REPO_ID, "hidden_size": 16, "num_layers": 2,
+                                            "vocab_size": 40, "revisions": {"list": [commits[100]], "steps": [100]}})
+    plan_refused(cfg, "suites.pico.models[name=toy-pico-again].id", f"models {MODEL}@step100 and toy-pico-again@"
+                 f"{commits[100]} read the same hub checkpoint {REPO_ID} at revision {commits[100]} (steps 100 and 100)")

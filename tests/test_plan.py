@@ -15,16 +15,6 @@ from lmsat.commands.plan import dry_run, estimate, load, render
 
 from conftest import ROOT, small_toy_config
 
-README_COMMAND = "python -m lmsat plan --configfile config/pythia.yaml --gpus 8 --disk-mb 110000"
-
-
-def quoted_plan(path) -> str:
-    """The plan output `path` quotes (the fenced block after `$ README_COMMAND`)."""
-    text = path.read_text(encoding="utf-8")
-    found = re.search(re.escape("$ " + README_COMMAND) + r"\n(.*?)\n```", text, re.S)
-    assert found, f"{path.relative_to(ROOT)} quotes no output of `{README_COMMAND}`"
-    return found.group(1)
-
 
 @pytest.fixture(scope="module")
 def pythia(tmp_path_factory):
@@ -33,20 +23,6 @@ def pythia(tmp_path_factory):
     plan = load(configfile)
     jobs = dry_run(configfile, None, directory)
     return plan, jobs, estimate(jobs, plan, directory, gpus=8, disk_mb=110000)
-
-
-def test_the_docs_quote_the_pythia_plan(pythia):
-    assert render(pythia[2]) == quoted_plan(ROOT / "docs" / "paper.md")
-
-
-def test_the_readme_quotes_lines_of_the_pythia_plan(pythia):
-    """The README's excerpt: lines of the plan's output, in its order, `...` where it skips."""
-    rendered = render(pythia[2]).splitlines()
-    excerpt = [line for line in quoted_plan(ROOT / "README.md").splitlines() if line != "..."]
-    assert len(excerpt) >= 4
-    positions = [rendered.index(line) if line in rendered else None for line in excerpt]
-    assert None not in positions, [line for line, at in zip(excerpt, positions) if at is None]
-    assert positions == sorted(positions)
 
 
 def test_the_pythia_plan_adds_up(pythia):
@@ -65,19 +41,23 @@ def test_the_pythia_plan_adds_up(pythia):
     assert found.hours["GPU"]["model"] > 0 and found.hours["GPU"]["measured"] == 0  # nothing measured there
 
 
-def test_a_kind_with_no_job_time_gets_no_estimate_and_says_why(pythia):
-    """Issue 44: "CPU hours: 0.0 estimated (... model 0.0), + at most 772.7" for 4,673 CPU jobs."""
+def test_every_job_of_the_pythia_plan_has_a_time_and_each_kind_an_estimate_beside_its_bound(pythia):
+    """Issue 50: `CPU hours: no estimate ... at most 3,852.7` and `GPU hours: 17.7 estimated ... + for
+    the other 163, at most 1,144.0`: lm-eval, the rank heads and every CPU rule had no time model."""
     plan, jobs, found = pythia
+    assert found.unmodelled_rules == ()
     lines = {line.split(" hours: ")[0]: line for line in render(found).splitlines() if " hours: " in line}
-    cpu = found.hours["CPU"]
-    assert cpu["jobs"] == found.by_kind["CPU"] + found.by_kind["local"] > 1000 and cpu["estimated_jobs"] == 0
-    assert lines["CPU"] == (f"CPU hours: no estimate: none of its {cpu['jobs']:,} jobs has a measured time "
-                            f"(benchmarks/out/pythia/) or a time model; at most {cpu['limit']:,.1f} (their runtime "
-                            "limits, an upper bound)")
-    gpu = found.hours["GPU"]
-    assert 0 < gpu["estimated_jobs"] < gpu["jobs"] == found.by_kind["GPU"]  # analyse_checkpoint has the model
-    assert f"estimated for {gpu['estimated_jobs']:,} of {gpu['jobs']:,} jobs" in lines["GPU"]
-    assert "0.0 estimated" not in render(found)
+    for label in ("GPU", "CPU", "network staging"):
+        part = found.hours[label]
+        assert part["unmodelled"] == 0 and part["jobs"] > 0 and part["model"] > 0, label
+        assert part["model"] < part["limit"], label  # an estimate, beside the bound the runtime limits give
+        assert lines[label] == (f"{label} hours: {part['model']:,.1f} estimated for {part['jobs']:,} of {part['jobs']:,} jobs "
+                                f"(measured 0.0 + model {part['model']:,.1f}); at most {part['limit']:,.1f} at their "
+                                "runtime limits")
+    for rule in ("evaluate_checkpoint", "train_rank_head", "compare_checkpoint_caches", "compute_checkpoint_metric"):
+        assert found.rule_hours[rule]["hours"] > 0 and found.rule_hours[rule]["source"], rule
+    rendered = render(found)
+    assert "NO TIME MODEL" not in rendered and "no estimate" not in rendered
 
 
 def test_a_run_with_measured_job_times_uses_them(tmp_path):
@@ -187,9 +167,9 @@ def test_the_default_config_plans_in_another_directory_as_run_default(tmp_path):
     wherever --directory points (Snakemake looked for config/config.yaml there)."""
     done = lmsat("plan", "--directory", tmp_path, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.startswith("plan of run default: 291 jobs"), done.stdout[:300]
+    assert done.stdout.startswith("plan of run default: 296 jobs"), done.stdout[:300]
     named = lmsat("plan", "--configfile", ROOT / "config" / "config.yaml", "--directory", tmp_path, cwd=tmp_path)
-    assert named.stdout.startswith("plan of run default: 291 jobs"), named.stdout[:300]  # not `config`
+    assert named.stdout.startswith("plan of run default: 296 jobs"), named.stdout[:300]  # not `config`
 
 
 def test_a_binary_file_given_as_config_is_named_without_a_traceback(tmp_path):
@@ -203,3 +183,90 @@ def test_a_binary_file_given_as_config_is_named_without_a_traceback(tmp_path):
     assert done.stderr.startswith("lmsat plan: ConfigFileError: config file model.safetensors: a binary file, not a "
                                   "YAML config (byte "), done.stderr
     assert "Fix: give a YAML config file" in done.stderr and not (tmp_path / ".snakemake").exists()
+
+
+# ------------------------------------------------------------------ time models (issue 50, item 1)
+
+
+def test_every_rule_of_the_workflow_has_a_time_model(tmp_path):
+    """Every rule Snakemake lists for the workflow (each config plans a subset of them) has a
+    time model; the named targets lmsat.planning.job_times knows are the workflow's."""
+    from lmsat.planning.job_times import TIME_MODELS, section_targets, time_model
+
+    result = subprocess.run([sys.executable, "-m", "snakemake", "--list-rules", "-s", str(ROOT / "Snakefile"), "--directory",
+                             str(tmp_path), "--configfile", str(ROOT / "config" / "config.yaml")],
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rules = set(result.stdout.split())
+    assert {"analyse_checkpoint", "evaluate_checkpoint", "train_rank_head", "all", "fig1a"} <= rules
+    assert sorted(rule for rule in rules if time_model(rule) is None) == []
+    assert set(TIME_MODELS) | section_targets() <= rules | {"all", "summary", "stage_all"}
+
+
+def test_time_models_grow_with_their_jobs_shapes():
+    """A wider model's per-checkpoint jobs take longer; a longer download or lm-eval task too."""
+    from lmsat.commands.plan import Job
+    from lmsat.planning.job_times import JobContext, time_model
+
+    plan = load(str(ROOT / "config" / "pythia.yaml"))
+    context = JobContext(plan.config, plan.models)
+    rules = {"analyse_checkpoint": "cuda", "compute_checkpoint_metric": "", "compare_checkpoint_caches": "",
+             "fetch_checkpoint": "", "evaluate_checkpoint": "cuda", "train_rank_head": "cuda"}
+    for rule, device in rules.items():
+        times = []
+        for model in ("pythia-14m", "pythia-410m", "pythia-12b"):
+            job = Job(rule=rule, wildcards=dict(model=model, revision="step1000", metric="effective_rank", task="sciq",
+                                                rank="64"), resources=dict(gpu="1" if device else "0"))
+            times.append(time_model(rule).seconds(job, context))
+        assert 0 < times[0] < times[1] < times[2], (rule, times)
+
+
+@pytest.mark.parametrize("name", ["config", "pythia-local", "published"])
+def test_every_job_of_the_smaller_shipped_plans_has_a_time(tmp_path, name):
+    """The suites' plans are estimated in tests/test_suites.py, Pythia's above."""
+    configfile = str(ROOT / "config" / f"{name}.yaml")
+    found = estimate(dry_run(configfile, None, tmp_path), load(configfile), tmp_path, gpus=1, disk_mb=None)
+    assert found.unmodelled_rules == () and all(part["unmodelled"] == 0 for part in found.hours.values())
+    assert sum(part["model"] for part in found.hours.values()) > 0
+
+
+# ------------------------------------------------------------------ disk at peak (issue 50, item 2)
+
+SIZE = re.compile(r"([\d.]+) (kB|MB|GB|TB)")
+UNITS = {"kB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12}
+
+
+def test_disk_at_peak_is_the_sum_it_prints(tmp_path):
+    """Issue 50: OLMo 1 printed `disk at peak: 29.7 GB (115.3 GB of checkpoints: ... (48 checkpoints
+    being fetched ...` for a run of 12: the explanation was larger than the total it explained."""
+    configfile = str(ROOT / "config" / "olmo1.yaml")
+    plan = load(configfile)
+    jobs = dry_run(configfile, None, tmp_path)
+    found = estimate(jobs, plan, tmp_path, gpus=8, disk_mb=110000)
+    fetched = sum(1 for job in jobs if job.rule == "fetch_checkpoint")
+    assert found.peak_bytes == found.weights_kept_bytes + found.cache_bytes + found.head_cache_bytes
+    assert found.weights_kept_bytes <= found.download_bytes
+    line = next(line for line in render(found).splitlines() if line.startswith("disk at peak: "))
+    total, checkpoints, *_, results = [float(n) * UNITS[u] for n, u in SIZE.findall(line)]
+    assert line.startswith(f"disk at peak: {total / UNITS[SIZE.search(line).group(2)]:.1f}")
+    assert abs(total - (checkpoints + results)) <= 0.051 * UNITS[SIZE.search(line).group(2)]  # printed to 0.1
+    assert f"all {fetched} at once" in line and fetched == 11  # every checkpoint fits: none counted twice
+
+
+def test_the_checkpoints_on_disk_are_their_arithmetic_and_never_more_than_the_download():
+    from lmsat.commands.plan import weights_at_peak
+
+    fetch = dict(remove_after_use=True)
+    sizes = [1e9] * 10 + [4e9] * 10
+    kept, how = weights_at_peak(sizes, [4500] * 20, [], fetch, gpus=2, disk_mb=9000)  # 2 being fetched + 2 being read
+    assert kept == 4 * 4e9 and how == ("(2 being fetched (--disk-mb 9000 over the largest's disk_mb 4,500) + 2 being read "
+                                       "(--gpus 2)) x the largest (4.0 GB) = 16.0 GB")
+    kept, how = weights_at_peak(sizes, [4500] * 20, [4e9, 4e9], fetch, gpus=2, disk_mb=9000)
+    assert kept == 6 * 4e9 and how.endswith("+ 2 final revisions awaiting lm-eval (8.0 GB)")
+    kept, how = weights_at_peak(sizes[:3], [4500] * 3, [], fetch, gpus=8, disk_mb=None)  # 8 + 8 >= 3
+    assert kept == 3e9 and how.startswith("all 3 at once")
+    kept, how = weights_at_peak([1e9] * 5 + [50e9], [55050] * 6, [], fetch, gpus=2, disk_mb=60000)  # 3 x 50 GB > all
+    assert kept == 55e9 and how.startswith("all 6, fewer than (1 being fetched")
+    kept, how = weights_at_peak(sizes, [4500] * 20, [], dict(remove_after_use=False), gpus=2, disk_mb=9000)
+    assert kept == sum(sizes) and "keeps every one" in how
+    assert weights_at_peak([], [], [], fetch, gpus=2, disk_mb=None) == (0.0, "no checkpoint to fetch")

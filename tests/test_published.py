@@ -158,7 +158,8 @@ def test_the_summary_of_a_run_with_a_pythia_named_model_shows_them(tmp_path):
                                        comparison=str(tables / "paper_comparison.csv"),
                                        published=str(tables / "published_evals.csv"))),
         log=[str(tmp_path / "summarize_run.log")],
-        params=SimpleNamespace(suites={"pythia-160m": "local"}, hidden_sizes={"pythia-160m": 16}, eval_tokens=1000,
+        params=SimpleNamespace(run="default",  # the page links figures between the run's planned paths
+                               suites={"pythia-160m": "local"}, hidden_sizes={"pythia-160m": 16}, eval_tokens=1000,
                                corpus="words", config_sha256="0" * 64, num_fewshot=0,
                                figures=[["Fig. 1a: loss along training", "results/figures/fig1a_loss.png"]]),
     )

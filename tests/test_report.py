@@ -4,12 +4,22 @@ import base64
 import math
 import re
 from html import unescape
+from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from lmsat.products.report import comparison_text, key_numbers, paper_comparison, paper_values, summary_page, table_page
+from lmsat.products.report import (
+    comparison_text,
+    gradient_fact,
+    key_numbers,
+    paper_comparison,
+    paper_values,
+    summary_page,
+    table_page,
+)
 from lmsat.saturation.verdict import VERDICT_COLUMNS, verdict_from_paired
 
 
@@ -156,3 +166,88 @@ def test_the_summary_leads_with_a_verdict_per_model_with_its_rise_and_interval()
     page = unescape(html)
     assert page.index("tests a rise of the eval loss, not its cause") < page.index("sortable verdicts")
     assert "training data repeat" in page
+
+
+# ---------------------------------------------------------------- captions as the report renders them
+
+CAPTIONS = Path(__file__).resolve().parents[1] / "workflow" / "report"
+
+
+def rendered_caption(path: Path) -> str:
+    """A caption as `snakemake --report` hands it to docutils: rendered by Jinja (the templates
+    workflow.rst, figure.rst, table.rst, summary.rst read the job's params, wildcards and
+    config), a figure's or table's own caption as one line (products.smk, one_line)."""
+    import jinja2
+
+    from lmsat.planning.config_files import load_yaml
+
+    job = SimpleNamespace(config=load_yaml(CAPTIONS.parents[1] / "config" / "config.yaml"),
+                          params=SimpleNamespace(caption="A caption.", run="default"))
+    text = jinja2.Environment().from_string(path.read_text()).render(snakemake=job, files=[], categories={})
+    return " ".join(text.split()) if "{{" not in path.read_text() else text
+
+
+def docutils_messages(text: str) -> str:
+    """Every message docutils writes (level warning and above) on rendering `text` as the report does."""
+    import io
+    import warnings
+
+    import docutils.core
+
+    stream = io.StringIO()
+    with warnings.catch_warnings():  # snakemake's own call, writer_name, is pending deprecation in docutils 0.22
+        warnings.simplefilter("ignore", PendingDeprecationWarning)
+        docutils.core.publish_parts(text, writer_name="html",
+                                    settings_overrides={"warning_stream": stream, "report_level": 2, "halt_level": 5})
+    return stream.getvalue()
+
+
+@pytest.mark.parametrize("caption", sorted(CAPTIONS.glob("*.rst")), ids=lambda path: path.stem)
+def test_every_caption_renders_without_a_docutils_message(caption):
+    """issue 50, item 7: `|w|` is reST substitution syntax, so weight_sparsity's caption showed a
+    red "System Message" block in the report (and snakemake printed `Undefined substitution
+    referenced: "w"`). Every caption renders clean at warning level."""
+    assert docutils_messages(rendered_caption(caption)) == ""
+
+
+def test_the_caption_check_finds_a_substitution_reference():
+    assert "Undefined substitution referenced" in docutils_messages("the largest |w| of a matrix")
+
+
+def test_captions_and_the_summary_name_the_runs_directory():
+    """issue 50, item 11: captions and the summary page named results/tables/... without the
+    run's directory. A caption writes results/<run>/ (the report's rule fills in the run:
+    products.smk, one_line) or the run its rule passes as a parameter (the run is a path variable,
+    not a wildcard); the summary page names the run's tables."""
+    for caption in sorted(CAPTIONS.glob("*.rst")):
+        for path in re.findall(r"results/(?:{{[^}]*}}|[^`\s])*", caption.read_text()):
+            assert path.startswith(("results/<run>/", "results/{{ snakemake.params.run }}/")), (caption.name, path)
+    suites, fit, table1, heads = pythia_like()
+    verdicts = pd.DataFrame([{"model": "pythia-160m", **verdict_from_paired(
+        [0, 10, 20], np.array([[3.0] * 40, [2.5] * 40, [2.6] * 40]) + np.random.default_rng(0).normal(0, 0.01, (3, 40))
+    ).as_row(), "notes": ""}])
+    gradient = pd.DataFrame([dict(model="pythia-160m", is_final=True, energy_kept=0.2, energy_kept_sem=0.01,
+                                  random_energy=0.015)])
+    page = summary_page("summary", [gradient_fact(gradient, "results/mine/tables")], key_numbers(loss_table(), {}),
+                        paper_comparison(paper_values(), suites, fit=fit, table1=table1, heads=heads), "Godey et al.",
+                        verdicts=verdicts, tables="results/mine/tables")
+    assert "results/tables" not in page and "Table: results/mine/tables/saturation_verdicts.csv" in page
+    assert "Table: results/mine/tables/gradient_bottleneck.csv" in page
+
+
+def test_the_verdicts_notes_stand_under_their_table_not_in_a_narrow_column():
+    """Issue 50, item 6: a 400-character note per flagged checkpoint filled a narrow column of the
+    summary's verdict table; the notes are listed under the table, the column says where."""
+    rng = np.random.default_rng(0)
+    note = "step90 to step150 (steps 90 to 150, 3 checkpoints in a row): loss 3.6 to 3.9 are back near ln V " * 3
+    rows = [{"model": model, **verdict_from_paired([0, 10, 20], np.array([[3.0] * 40, [2.5] * 40, [2.6] * 40])
+                                                   + rng.normal(0, 0.01, (3, 40))).as_row(), "notes": text}
+            for model, text in (("toy-d16", note), ("toy-d32", ""))]
+    html = summary_page("summary", [], key_numbers(loss_table(), {}), paper_comparison(paper_values(), {"toy-d16": "toy"}),
+                        "Godey et al.", verdicts=pd.DataFrame(rows))
+    head, body = cells(html, "sortable verdicts")
+    shown = {row[0]: dict(zip(head, row)) for row in body}
+    assert shown["toy-d16"]["notes"] == "below" and shown["toy-d32"]["notes"] == ""
+    listed = re.search(r'<ul class="verdict-notes">(.*?)</ul>', html, re.S).group(1)
+    assert unescape(listed) == f"<li><b>toy-d16</b>: {note}</li>"
+    assert html.index("sortable verdicts") < html.index("verdict-notes")

@@ -59,12 +59,42 @@ def test_select_checkpoints_matches_brute_force():
         for model in ("a", "b") for step in (0, 1, 2, 4, 250, 500)
     ]
     table = select_checkpoints(loss_table(records))
-    assert list(table.columns) == ["suite", "model", "kind", "revision", "step", "tokens", "loss", "loss_sem"]
+    assert list(table.columns) == ["suite", "model", "kind", "revision", "step", "tokens", "loss", "loss_sem",
+                                   "implausible_loss"]
     for model in ("a", "b"):
         mine = [r for r in records if r["model"] == model]
         best = min(mine, key=lambda r: r["loss"])["revision"]
         rows = table[table["model"] == model].set_index("kind")["revision"]
         assert rows.to_dict() == {"best": best, "final": "step500"}
+
+
+def test_an_untrained_final_is_flagged_in_every_table_that_shows_its_loss(tmp_path):
+    """Issue 49, item 10: a final back at ln V after the run had learned (untrained weights
+    saved in its place) is flagged in loss.csv; best_final.csv (the rows behind Table 1 and
+    Fig. 1b), scaling_shortfall.csv and the summary's key numbers carry the flag with the
+    loss, through the CSVs the rules write and read."""
+    from lmsat.products.report import key_numbers
+    from lmsat.products.table_files import read_table
+
+    uniform = math.log(520)  # 6.254: the toy head's V rows
+    losses = {"toy-d16": (6.25, 3.5, 3.3, 6.255), "toy-d32": (6.25, 3.4, 3.2, 3.1)}  # d16's final: untrained
+    records = [dict(suite="toy", model=model, revision=f"step{step}", step=step, tokens=step * 1024, loss=loss,
+                    loss_sem=0.01, uniform_loss=uniform)
+               for model, values in losses.items() for step, loss in zip((0, 100, 400, 800), values)]
+    write_csv(loss_table(records, ["toy-d16", "toy-d32"]), tmp_path / "loss.csv")
+    loss = read_table(tmp_path / "loss.csv")
+    assert loss.loc[loss["implausible_loss"], "revision"].tolist() == ["step800"]
+    write_csv(select_checkpoints(loss), tmp_path / "best_final.csv")
+    selection = read_table(tmp_path / "best_final.csv")
+    flagged = selection.set_index(["model", "kind"])["implausible_loss"].to_dict()
+    assert flagged == {("toy-d16", "best"): False, ("toy-d16", "final"): True,
+                       ("toy-d32", "best"): False, ("toy-d32", "final"): False}
+    sizes = {"toy-d16": 6592.0, "toy-d32": 25000.0}
+    _, shortfall = scaling_tables(selection, sizes, dict(SETTINGS, A=1.0, alpha=0.1, min_params=1e12))
+    marked = shortfall[shortfall["implausible_loss"].astype(bool)]
+    assert marked[["model", "kind", "measured"]].values.tolist() == [["toy-d16", "final", 6.255]]
+    numbers = key_numbers(loss, {"toy-d16": 16, "toy-d32": 32})
+    assert numbers.set_index("model")["final_implausible_loss"].to_dict() == {"toy-d16": True, "toy-d32": False}
 
 
 def test_select_checkpoints_rejects_table_without_a_best_row():

@@ -141,7 +141,7 @@ class ExtractionKiller(threading.Thread):
 
     def kill(self, parts: Path):
         model, revision = parts.parent.name, parts.name.removesuffix(".h5.parts")
-        comment = f"rule_analyse_checkpoint_wildcards_default_{model}_{revision}"  # run, model, revision
+        comment = f"rule_analyse_checkpoint_wildcards_{model}_{revision}"  # model, revision (the run is a path variable)
         running = [i for i, job in slurm_jobs().items() if job["comment"] == comment and job["state"] == "RUNNING"]
         chunks = len(list(parts.glob("chunk_*.done")))  # done before the kill: a lower bound
         if len(running) != 1 or subprocess.run(["scancel", running[0]], capture_output=True).returncode:
@@ -227,6 +227,10 @@ def test_every_non_local_job_ran_as_a_completed_slurm_job(runs):
             assert (runs["slurm_dir"] / output).exists()
 
 
+# the rules that profiles/slurm puts in group checkpoint_metrics (its `groups:`; the rules name no group)
+GROUPED = ("compute_checkpoint_metric", "compare_checkpoint_caches")
+
+
 def test_gpu_rules_ask_slurm_for_a_gpu_and_metric_jobs_share_group_jobs(runs):
     by_comment = {}
     for job_id, job in runs["jobs"].items():
@@ -241,13 +245,14 @@ def test_gpu_rules_ask_slurm_for_a_gpu_and_metric_jobs_share_group_jobs(runs):
     assert len(groups) >= 1
     metric_jobs = 0
     for job_id in groups:
-        members = len(re.findall(r"^\s+rule compute_checkpoint_metric:", slurm_logs(runs["slurm_dir"])[job_id], re.M))
+        # the job step prints each member's rule block unindented, and its srun's Snakemake a localrule block
+        members = len(re.findall(rf"^\s*rule ({'|'.join(GROUPED)}):", slurm_logs(runs["slurm_dir"])[job_id], re.M))
         fields = scontrol_job(job_id)
         assert fields["NumCPUs"] == "1" and fields["MinMemoryNode"] == "2000M"  # one member's needs
         hours, minutes, _ = map(int, fields["TimeLimit"].split(":"))
         assert 60 * hours + minutes == 10 * members  # the members' runtimes, one after another
         metric_jobs += members
-    planned = [rule for local, rule, _ in job_blocks(runs["log"]) if rule == "compute_checkpoint_metric" and not local]
+    planned = [rule for local, rule, _ in job_blocks(runs["log"]) if rule in GROUPED and not local]
     assert metric_jobs == len(planned) and len(groups) < metric_jobs
 
 
@@ -263,7 +268,7 @@ def test_killed_extraction_is_resubmitted_and_resumes_its_chunks(runs):
     assert killed is not None, "no extraction was caught mid-way (all finished before a chunk was seen)"
     assert runs["jobs"][killed["job_id"]]["state"] == "CANCELLED"
     attempts = sorted((runs["slurm_dir"] / "logs" / "slurm" / "rule_analyse_checkpoint"
-                       / f"default_{killed['model']}_{killed['revision']}").glob("*.log"), key=lambda p: int(p.stem))
+                       / f"{killed['model']}_{killed['revision']}").glob("*.log"), key=lambda p: int(p.stem))
     assert [p.stem for p in attempts][0] == killed["job_id"] and len(attempts) == 2, attempts
     retry = attempts[1].stem
     assert runs["jobs"][retry]["state"] == "COMPLETED"

@@ -27,7 +27,7 @@ from lmsat.planning.config_files import load_yaml
 from lmsat.planning.load import load_plan
 from lmsat.products.metrics import table_metric
 
-from conftest import ROOT, SCHEMA, clone_like
+from conftest import ROOT, SCHEMA, clone_like, shipped_configs
 
 PYTHIA = ["14m", "31m", "70m", "160m", "410m", "1b", "1.4b", "2.8b", "6.9b", "12b"]
 
@@ -55,6 +55,18 @@ def dry_run(configfile: str):
     assert result.returncode == 0, output[-3000:]
     jobs = jobs_by_rule(output)
     return jobs, output
+
+
+def assert_every_job_has_a_time(name: str, output: str, directory) -> None:
+    """`lmsat plan`'s estimate of a suite's dry run has a time for every job (issue 50): each
+    rule a time model, which gives its shapes a positive time (targets 0)."""
+    from lmsat.commands.plan import estimate, load
+    from lmsat.planning.job_times import TARGET_RULES
+
+    found = estimate(parse_dry_run(output), load(str(ROOT / "config" / f"{name}.yaml")), Path(directory), gpus=8,
+                     disk_mb=110000)
+    assert found.unmodelled_rules == () and all(part["unmodelled"] == 0 for part in found.hours.values()), name
+    assert all(row["hours"] > 0 for rule, row in found.rule_hours.items() if rule not in TARGET_RULES), name
 
 
 def checkpoints(jobs, rule="analyse_checkpoint"):
@@ -90,6 +102,10 @@ def test_paper_plan_has_every_model_of_the_paper_at_its_revisions(paper_plan):
         assert planned[model] == {"main"}, model
     assert checkpoints(jobs, "fetch_checkpoint") == planned  # every checkpoint is fetched from the hub
     assert len(jobs["analyse_checkpoint"]) == 10 * 154 + 13
+
+
+def test_paper_plan_has_a_time_for_every_job(paper_plan, tmp_path):
+    assert_every_job_has_a_time("paper", paper_plan[1], tmp_path)
 
 
 def test_paper_plan_draws_figs_6_and_7_as_the_paper(paper_plan):
@@ -154,7 +170,7 @@ def test_paper_config_states_the_model_cards():
     ],
 )
 def test_post_paper_suite_plans_offline(name, models, revisions, tokens_per_step):
-    jobs, _ = dry_run(f"config/{name}.yaml")
+    jobs, output = dry_run(f"config/{name}.yaml")
     planned = checkpoints(jobs)
     assert sorted(planned) == sorted(models)
     expected = plan(name).models
@@ -167,6 +183,8 @@ def test_post_paper_suite_plans_offline(name, models, revisions, tokens_per_step
     assert len(jobs["fit_scaling_law"]) == 1
     metric_figures = {stem for stem, f in FIGURES.items() if set(f.tables) <= set(table_metric())}
     assert metric_figures | {"fig1b_scaling"} <= {w["figure"] for w in jobs["plot_figure"]}
+    with tempfile.TemporaryDirectory() as directory:
+        assert_every_job_has_a_time(name, output, directory)
 
 
 def test_post_paper_revision_names_and_steps():
@@ -214,6 +232,7 @@ def test_suites_since_the_paper_plan_offline_in_a_scratch_directory(name, tmp_pa
         assert planned[model] == set(entry.revisions), model
     assert checkpoints(jobs, "fetch_checkpoint") == planned
     assert {w["tokenizer"] for w in jobs["sample_eval_tokens"]} == {m.tokenizer for m in expected.values()}
+    assert_every_job_has_a_time(name, output, tmp_path)
 
 
 def test_a_pinned_suite_without_its_pins_files_is_refused_at_planning(tmp_path):
@@ -388,3 +407,90 @@ def test_fig1a_leaves_out_models_without_intermediate_checkpoints(tmp_path):
     assert _titles(fig) == ["p1"]
     with pytest.raises(ValueError, match="no checkpoint past step 0"):
         plot_loss_curves(table[table["model"] == "g1"], [tmp_path / "x.png"])
+
+
+# ------------------------------------------------------------------ stored dtypes (issue 50, item 3)
+
+# The dtype each shipped suite's checkpoints are stored in, and what says so: a checkpoint's
+# weight files on the hub (their size over the parameters, or the pickle's storage class);
+# (None, why) where no file size could be read offline: the larger dtype, so that no disk_mb
+# falls short. config.json's torch_dtype is not evidence (Amber's says bfloat16).
+STORED = {
+    "pythia": ("float16", "EleutherAI/pythia-160m model.safetensors 375 MB; pythia-12b 23.7 GB"),
+    "pythia-deduped": ("float16", "saved as Pythia's"),
+    "polypythia": ("float16", "EleutherAI/pythia-160m-seed1 model.safetensors 375 MB, HalfStorage pickle"),
+    "gpt2": ("float32", "openai-community/gpt2 model.safetensors 548 MB, FloatStorage pickle"),
+    "opt": ("float16", "facebook/opt-125m pytorch_model.bin 251 MB"),
+    "gemma": ("bfloat16", "google/gemma-2b 4.95 GB + 67.1 MB of safetensors"),
+    "llama2": ("float16", "meta-llama/Llama-2-7b-hf 9.98 GB + 3.50 GB of safetensors"),
+    "olmo1": ("float32", "allenai/OLMo-1B-hf model.safetensors 4.71 GB"),
+    "olmo2": ("float32", "allenai/OLMo-2-0425-1B 4.98 GB + 956 MB of safetensors"),
+    "datadecide": ("float32", "allenai/DataDecide-c4-8M model.safetensors 59.9 MB"),
+    "amber": ("float32", "LLM360/Amber@ckpt_349: pickle shards of 27 GB in all, FloatStorage"),
+    "tinyllama": ("float32", "TinyLlama/tinyLLaMA-v1.1-checkpoints@step-300000 pytorch_model.bin 4.4 GB"),
+    "pico": ("float32", "pico-lm/pico-decoder-tiny model.safetensors 45.1 MB"),
+    "smollm2": (None, "no file size of an intermediate checkpoint read offline"),
+    "smollm3": (None, "no file size of an intermediate checkpoint read offline"),
+}
+# suite -> (a model, its parameters (its card; DataDecide's: 16 L d^2 + 2 V d of its config), the bytes
+# of one checkpoint's weight files on the hub (STORED's source))
+HUB_FILES = {
+    "pythia": ("pythia-12b", 11_846_072_320, 23.7e9), "polypythia": ("pythia-160m-seed1", 162_322_944, 375e6),
+    "gpt2": ("gpt2", 124_439_808, 548e6), "opt": ("opt-125m", 125_239_296, 251e6), "gemma": ("gemma-2b", 2_506_172_416, 5.02e9),
+    "llama2": ("Llama-2-7b-hf", 6_738_415_616, 13.48e9), "olmo1": ("OLMo-1B-hf", 1_176_764_416, 4.71e9),
+    "olmo2": ("OLMo-2-0425-1B", 1_484_916_736, 5.94e9), "datadecide": ("DataDecide-c4-8M", 14_974_976, 59.9e6),
+    "amber": ("Amber", 6_738_415_616, 27e9), "tinyllama": ("tinyLLaMA-v1.1", 1_100_048_384, 4.4e9),
+    "pico": ("pico-decoder-tiny", 11_000_000, 45.1e6),
+}
+# every shipped config (git-tracked: not a user's config/mine.yaml) but the template of a local
+# run (no hub suite; its run folder is a placeholder)
+SHIPPED = sorted(p.stem for p in shipped_configs() if p.stem != "local-example")
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_every_shipped_hub_suite_states_the_dtype_its_checkpoints_are_stored_in(name):
+    """Issue 50: Amber's plan counted 13.4 GB a checkpoint (the default 2 bytes a parameter)
+    for checkpoints of ~27 GB in float32; each fetch job's disk_mb was half of what it needs."""
+    from lmsat.checkpoints.fetch import stored_bytes_per_param
+
+    planned = load_plan(load_yaml(ROOT / "config" / f"{name}.yaml"), SCHEMA, config_dir=ROOT / "config")
+    stated = planned.config["fetch"]["stored_dtype"]
+    suites = {model.suite for model in planned.models.values() if model.source == "hub"}
+    for suite in suites:
+        dtype, why = STORED[suite]
+        assert stated.get(suite) == (dtype or "float32"), (name, suite, why)
+    for model in planned.models.values():
+        if model.source == "hub":
+            assert stored_bytes_per_param(model, planned.config["fetch"]) == {"float32": 4, "float16": 2, "bfloat16": 2}[
+                stated[model.suite]]
+
+
+@pytest.mark.parametrize("suite", sorted(HUB_FILES))
+def test_each_stated_dtype_is_what_the_hubs_weight_files_hold(suite):
+    """A checkpoint's weight files over its parameters are the stated dtype's bytes (within 20%:
+    GPT-2's and Pythia's files also hold attention masks, 10-16% more); 2 and 4 are 2x apart."""
+    from lmsat.checkpoints.fetch import DTYPE_BYTES
+
+    model, parameters, hub_bytes = HUB_FILES[suite]
+    assert abs(hub_bytes / parameters / DTYPE_BYTES[STORED[suite][0]] - 1) < 0.2, (suite, model)
+
+
+def test_ambers_plan_counts_27_gb_a_checkpoint(tmp_path):
+    """The issue's case: 13.4 GB a checkpoint from the default 2 bytes a parameter."""
+    from lmsat.commands.plan import dry_run, estimate, load
+
+    configfile = str(ROOT / "config" / "amber.yaml")
+    found = estimate(dry_run(configfile, None, tmp_path), load(configfile), tmp_path, gpus=8, disk_mb=110000)
+    assert 26e9 < found.download_bytes / found.downloads < 28e9
+
+
+def test_a_stored_dtype_of_no_checkpoint_suite_is_refused_naming_the_key():
+    config = load_yaml(ROOT / "config" / "amber.yaml")
+    config["fetch"]["stored_dtype"] = {"ambre": "float32"}
+    refused = r"fetch\.stored_dtype\.ambre.*'ambre' is no suite.*name a checkpoint suite of this config: amber"
+    with pytest.raises(ConfigError, match=refused):
+        load_plan(config, SCHEMA)
+    config = load_yaml(ROOT / "config" / "paper.yaml")
+    config["fetch"]["stored_dtype"]["pythia-published"] = "float16"
+    with pytest.raises(ConfigError, match=r"fetch\.stored_dtype\.pythia-published.*published record, which downloads no checkpoint"):
+        load_plan(config, SCHEMA, config_dir=ROOT / "config")

@@ -372,6 +372,33 @@ def test_a_loss_that_rises_without_forgetting_what_was_learned_is_not_flagged(re
         assert list(table["implausible_loss"]) == [False] * 4 + [flagged], lost
 
 
+def test_a_run_of_flagged_checkpoints_gets_one_note_and_past_one_epoch_overfitting_as_its_cause(real_run):
+    """Issue 50, item 6: a tiny model trained for ~50 epochs on 12k tokens has a held-out loss that
+    climbs past ln V; the summary called each such checkpoint "A broken checkpoint ... or a
+    divergence", a 400-character note per row. Consecutive flagged checkpoints get one note; where
+    the run's trainer_state.json says the data had repeated by then (steps_per_epoch, a fact of the
+    plan), it names overfitting as the likely cause."""
+    from lmsat.core.io import read_json
+    from lmsat.products.saturation_tables import implausible_notes
+
+    _, records = real_run
+    rows = [read_json(path) for path in records]
+    ln_v, best = math.log(40), min(row["loss"] for row in rows)
+    climbed = [dict(rows[-1], step=step, revision=f"step{step}", loss=best + lost * (ln_v - best))
+               for step, lost in ((90, 0.95), (120, 1.02), (150, 1.1))]  # past ln V, as an overfit run's
+    (note,) = implausible_notes([*rows, *climbed])["tiny"]
+    assert note.startswith("step90 to step150 (steps 90 to 150, 3 checkpoints in a row): loss ")
+    assert "95% to 110% of what the run had learned is lost" in note and "A broken checkpoint" in note
+    (note,) = implausible_notes([*rows, *climbed], steps_per_epoch={"tiny": 30.0})["tiny"]
+    assert "By step 90 the training data had been gone through 3 times (30 steps per epoch" in note
+    assert "likely cause is overfitting" in note and "A broken checkpoint (zeroed" not in note
+    (note,) = implausible_notes([*rows, *climbed], steps_per_epoch={"tiny": 100.0})["tiny"]  # within the first epoch
+    assert "A broken checkpoint (zeroed, or untrained weights saved) or a divergence" in note
+    # two runs apart: a note each
+    apart = [*rows, climbed[0], dict(climbed[1], loss=best), climbed[2]]
+    assert [n.split(":")[0] for n in implausible_notes(apart)["tiny"]] == ["step90 (step 90)", "step150 (step 150)"]
+
+
 def test_records_of_an_older_lmsat_are_held_against_the_plans_vocabulary(reset_run, tmp_path):
     """Records made before the loss metric recorded ln V: the plan's vocab_size stands in;
     with neither, nothing is flagged (nothing is known to flag against)."""

@@ -387,6 +387,57 @@ def test_a_library_edit_during_a_warm_run_never_records_the_new_codes_hash_besid
     assert reason in server.log.read_text()
 
 
+SOURCE_RECORDER = """
+    import json
+    from pathlib import Path
+    from lmsat.core.io import source_sha256
+    Path(sys.argv[1]).write_text(json.dumps(dict(served=lmsat.runtime.warm.SERVING, source=source_sha256())))
+"""
+
+
+def test_new_times_on_the_same_bytes_keep_the_warm_interpreter_serving_and_an_edit_still_stops_it(tmp_path):
+    """Issue 49, item 9: a `touch`, an rsync (a new file of the same bytes renamed over the
+    old) or a checkout away and back (the bytes rewritten in place) changes no byte of the
+    code, so the jobs after it are still forked, and record the same hash; an edit after those
+    still stops the serving (issue 46, case 3)."""
+    import json
+    import shutil
+
+    src = tmp_path / "src"
+    shutil.copytree(SRC / "lmsat", src / "lmsat", ignore=shutil.ignore_patterns("__pycache__"))
+    old = source_hash(src)
+    server = OwnServer(tmp_path, src)
+    script = job_script(tmp_path, "record.py", SOURCE_RECORDER, src)
+    package = src / "lmsat"
+    try:
+        wait_for(lambda: server.log.exists() and "listening" in server.log.read_text(), 120, "the source's state taken")
+        time.sleep(0.01)  # new times, whatever the clock's resolution
+        os.utime(package / "products" / "metrics.py")  # touch
+        copy = package / "core" / ".io.py.tmp"  # rsync: a new file of the same bytes, renamed over it
+        copy.write_bytes((package / "core" / "io.py").read_bytes())
+        os.replace(copy, package / "core" / "io.py")
+        checkout = package / "degeneration" / "similarity.py"  # a checkout away and back: rewritten in place
+        text = checkout.read_bytes()
+        checkout.write_bytes(text.replace(b"CKA", b"XXX"))
+        checkout.write_bytes(text)
+        done = subprocess.run([sys.executable, str(script), "touched.json"], cwd=tmp_path, env=server.env,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        subprocess.run(["sed", "-i", "$a EDITED_DURING_THE_RUN = True", str(package / "products" / "metrics.py")], check=True)
+        edited = subprocess.run([sys.executable, str(script), "edited.json"], cwd=tmp_path, env=server.env,
+                                capture_output=True, text=True, timeout=300)
+        assert edited.returncode == 0, edited.stderr
+    finally:
+        server.stop()
+    assert source_hash(src) != old
+    assert json.loads((tmp_path / "touched.json").read_text()) == dict(served=True, source=old)
+    assert "starts its own interpreter" not in done.stderr
+    assert json.loads((tmp_path / "edited.json").read_text()) == dict(served=False, source=source_hash(src))
+    log = server.log.read_text()
+    assert "new times, the same bytes; still serving" in log and "core/io.py" in log
+    assert "lmsat's source changed since the warm interpreter imported it (src/lmsat/products/metrics.py)" in log
+
+
 LATE_WRITER = """
     import os, time
     from pathlib import Path
@@ -419,6 +470,47 @@ def test_the_jobs_of_a_sigkilled_warm_interpreter_die_with_it_and_never_write_la
         assert not (tmp_path / "output.txt").exists()  # no late write
     finally:
         server.stop()
+
+
+ORPHAN = """
+    import time
+    from pathlib import Path
+    Path(sys.argv[1] + ".started").write_text("")
+    while not Path("go").exists():
+        time.sleep(0.05)
+    Path(sys.argv[1]).write_text("written after the Snakemake that started it was killed")
+"""
+
+
+def test_a_job_never_outlives_the_snakemake_that_started_it(tmp_path):
+    """Issue 49, item 8: `kill -9` of Snakemake left its running jobs behind, and a job whose
+    warm interpreter had gone with it (no warm interpreter answers) ran in its own interpreter:
+    both wrote into results/ while the rerun made the same files (one checkpoint's cache and
+    its resumable chunks, two writers). Now a job dies with the Snakemake process that started
+    it, and one whose Snakemake is already gone never starts."""
+    from lmsat.runtime.warm_lifetime import OWNER_VARIABLE
+
+    assert OWNER_VARIABLE == "LMSAT_WARM_OWNER"  # what warm.start() sets in the run's environment
+    script = job_script(tmp_path, "orphan.py", ORPHAN, SRC)
+    env = dict(job_env(), LMSAT_WARM_SOCKET=str(tmp_path / "gone" / "socket"))  # its warm interpreter is gone
+    starter = (  # a Snakemake process: the job is its direct child, it waits for it
+        "import os, subprocess, sys; os.environ[sys.argv[1]] = str(os.getpid()); "
+        "subprocess.run([sys.executable, sys.argv[2], 'running.txt'])"
+    )
+    snakemake = subprocess.Popen([sys.executable, "-c", starter, OWNER_VARIABLE, str(script)], cwd=tmp_path, env=env,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for(lambda: (tmp_path / "running.txt.started").exists(), 120, "the job started by the Snakemake process")
+    snakemake.kill()  # SIGKILL, as `kill -9`: no signal reaches its job
+    snakemake.wait(timeout=60)
+    (tmp_path / "go").write_text("")
+    time.sleep(3)
+    assert not (tmp_path / "running.txt").exists()  # the running job died with its Snakemake: no late write
+    gone_owner = subprocess.Popen([sys.executable, "-c", "pass"])  # a Snakemake that is gone
+    gone_owner.wait()
+    late = subprocess.run([sys.executable, str(script), "late.txt"], cwd=tmp_path, timeout=300, capture_output=True,
+                          text=True, env=dict(env, **{OWNER_VARIABLE: str(gone_owner.pid)}))
+    assert late.returncode == 1 and not (tmp_path / "late.txt.started").exists(), late  # never started
+    assert f"the Snakemake process that started this job (pid {gone_owner.pid}) is gone" in late.stderr
 
 
 ACTIVATE = Path(sys.prefix) / "bin" / "activate"

@@ -78,6 +78,17 @@ def test_cache_files_are_complete_and_consistent(default_run):
     assert not list((workdir / "results/default/cache").rglob("*.parts"))
 
 
+def test_lm_eval_scores_every_toy_item_whole(default_run):
+    """Issue 50, item 10: synthetic_mc's contexts are built within the toy models' context, so
+    lm-eval cuts none (it warned 400 times: "Combined length of context (255) and
+    continuation (1) exceeds model's maximum length (64)")."""
+    workdir, _ = default_run
+    logs = sorted((workdir / "logs" / "default" / "evaluate_checkpoint").rglob("*.log"))
+    assert logs
+    for log in logs:
+        assert "exceeds model's maximum length" not in log.read_text(), log
+
+
 def test_rerun_has_nothing_left_to_do(default_run):
     workdir, _ = default_run
     dry = subprocess.run(
@@ -162,6 +173,9 @@ def check_report(workdir: Path, html: Path) -> None:
         shown = embedded(results[page]).split("<tbody>")[1].count("<tr>")
         assert shown == min(rows, 2000), table
     assert "run summary" in landing and "Compared with the paper" in landing
+    # issue 50, item 7: no caption renders as docutils' red "System Message" block
+    shown = [landing, *(result["caption"] for result in results.values())]
+    assert not any("System Message" in text or "system-message" in text for text in shown)
 
 
 def test_report_shows_every_caption_figure_and_table(default_run, default_report, tmp_path):
@@ -214,6 +228,27 @@ def test_the_default_run_forks_its_jobs_from_the_warm_interpreter(default_run):
     assert all(": exit 0," in line for line in served)
     assert not [line for line in lines if "declined" in line or "left " in line]
     assert "stopping (asked)" in lines[-1]
+
+
+def test_the_order_of_events_says_no_rise_for_the_toy(default_run):
+    """Issue 53: the default run's event_order table, its figure and a summary line per model.
+    The toy models' losses do not rise (each final is its best), so every row says `no rise`
+    and no lead is given: nothing is forced into an order."""
+    workdir, _ = default_run
+    results = workdir / "results/default"
+    table = pd.read_csv(results / "tables/event_order.csv")
+    models = ["toy-d16", "toy-d32", "toy-d64", "toy-d128"]
+    assert list(dict.fromkeys(table["model"])) == models
+    assert set(table["verdict"]) == {"no rise"} and table["lead_steps"].isna().all()
+    assert list(table[table["series"] == "loss"]["onset_step"]) == [800] * 4  # each best is its final
+    assert {"anisotropy", "effective_rank", "gradient_energy_kept", "head_singular_entropy", "head_stable_rank",
+            "head_alpha"} <= set(table["series"])
+    prediction = pd.read_csv(results / "tables/event_prediction.csv")
+    assert set(prediction["verdict"]) == {"no power"}  # four sizes, one model each: no comparison within a size
+    assert (results / "figures/event_order.png").stat().st_size > 0
+    summary = (results / "report/summary.html").read_text(encoding="utf-8")
+    for model in models:
+        assert f"Order of events, {model}: no rise" in summary
 
 
 def test_tables_match_the_recorded_default_run(default_run):
@@ -297,3 +332,70 @@ def test_a_rerun_completes_a_run_after_an_interrupted_forcerun(default_run, tmp_
     assert not list(workdir.glob("results/**/*.parts")) and not list((workdir / ".snakemake/incomplete").iterdir())
     done = subprocess.run(command + ["-n"], capture_output=True, text=True, timeout=600)
     assert "Nothing to be done" in done.stdout + done.stderr, done.stdout[-3000:]
+
+
+def test_the_profiles_rerun_completes_a_run_after_snakemake_was_killed(tmp_path):
+    """Issue 49, item 8: the README's rerun after a killed forced re-analysis: `--forcerun
+    analyse_checkpoint -- .../loss.csv`, `kill -9` of Snakemake (its process alone) once jobs
+    have finished and others run, `--unlock`, then make run's command `snakemake --profile
+    profiles/local` stopped with `ProtectedOutputException ... metrics/loss/toy-d32/step0.json`
+    and left 2 caches missing. The killed Snakemake's running jobs lived on (one whose warm
+    interpreter had gone ran in its own interpreter) and wrote into results/ while the rerun
+    made the same files. Now they die with it, and the profile's rerun completes the run. A
+    shrunk toy config (two models, two revisions, loss and anisotropy) keeps it cheap."""
+    import os
+    import time
+
+    from conftest import small_toy_config
+
+    config = small_toy_config(("toy-d16", "toy-d32"), n_seq=16, chunk=4)
+    config.update(metrics=["loss", "anisotropy"])
+    config["bottleneck"]["models"] = []
+    config["evaluation"]["tasks"] = []
+    config["ngrams"]["ground_truth"]["sample_sizes"] = []
+    config["scaling"]["enabled"] = False
+    (tmp_path / "small.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    command = [sys.executable, "-m", "snakemake", "-s", str(ROOT / "Snakefile"), "--directory", str(tmp_path),
+               "--configfile", str(tmp_path / "small.yaml")]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    first = subprocess.run(command + ["--cores", "2"], capture_output=True, text=True, timeout=1800, env=env)
+    assert first.returncode == 0, first.stderr[-4000:]
+
+    log = tmp_path / "forced.log"
+    with open(log, "w") as out:
+        forced = subprocess.Popen(command + ["--cores", "2", "--forcerun", "analyse_checkpoint", "--",
+                                             "results/default/tables/loss.csv"], stdout=out, stderr=subprocess.STDOUT, env=env)
+    deadline = time.monotonic() + 900
+    while not (log.read_text().count("Finished jobid") >= 2 and running_scripts(forced.pid, ".snakemake/scripts/")):
+        assert forced.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+        time.sleep(0.02)
+    forced.kill()  # SIGKILL of Snakemake alone, as `kill -9 PID`: its jobs get no signal from it
+    forced.wait()
+    scripts = str(tmp_path / ".snakemake" / "scripts")
+    wait = time.monotonic() + 30
+    while time.monotonic() < wait and any(scripts in cmdline for cmdline in process_cmdlines()):
+        time.sleep(0.1)
+    assert not [c for c in process_cmdlines() if scripts in c]  # none of its jobs lives on
+
+    unlocked = subprocess.run(command + ["--unlock"], capture_output=True, text=True, timeout=600, env=env)
+    assert unlocked.returncode == 0, unlocked.stderr[-3000:]
+    rerun = subprocess.run(command + ["--profile", str(ROOT / "profiles" / "local")], capture_output=True, text=True,
+                           timeout=1800, env=env)
+    assert rerun.returncode == 0, (rerun.stdout + rerun.stderr)[-4000:]
+    assert "Write-protected" not in rerun.stdout + rerun.stderr
+    for model in ("toy-d16", "toy-d32"):
+        assert {p.name for p in (tmp_path / "results/default/cache" / model).glob("*.h5")} == {"step0.h5", "step16.h5"}
+    done = subprocess.run(command + ["-n"], capture_output=True, text=True, timeout=600, env=env)
+    assert "Nothing to be done" in done.stdout + done.stderr, done.stdout[-3000:]
+
+
+def process_cmdlines() -> list[str]:
+    """The command lines of every process of this machine."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                found.append((entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"))
+            except OSError:
+                pass
+    return found

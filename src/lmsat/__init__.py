@@ -27,8 +27,9 @@ crosses a module (tests/test_layers.py walks every import; docs/layout.md draws 
 - compute: saturation/, degeneration/, bottleneck/ (the maths of sections 3, 4 and 5),
   toy/ (the synthetic language and its tiny models);
 - registries: products/ (metrics, tables, report pages, the published run), figures/;
-- orchestration: planning/ (config to plan), standalone/ (analyse, monitor, the Trainer
-  callback), commands/, cli, and this package's lazy API.
+- orchestration: planning/ (config to plan), standalone/ (analyse, monitor, the watch of any
+  training loop and its Trainer, Lightning and OLMo-core callbacks), commands/, cli, and this
+  package's lazy API.
 
 Output paths are the workflow's (workflow/rules/*.smk).
 """
@@ -57,10 +58,12 @@ PUBLIC = {
     "read_sample": "lmsat.data.corpus",
     "load_causal_lm": "lmsat.checkpoints.loading",
     "load_tokenizer": "lmsat.checkpoints.loading",
+    "load_saved_step": "lmsat.checkpoints.loading",
     "METRICS": "lmsat.products.metrics",
     "monitor": "lmsat.standalone.monitor",
     "SaturationCallback": "lmsat.standalone.callback",
-}
+    "SaturationWatch": "lmsat.standalone.watch",
+}  # the Lightning and OLMo-core callbacks import their framework: lmsat.standalone.lightning_watch, olmo_core_watch
 
 __all__ = ["__version__", *PUBLIC]
 

@@ -18,7 +18,7 @@ import sys
 # command name -> (module under lmsat.commands, one-line help)
 COMMANDS = {
     "init": ("init", "write a config for a folder of training checkpoints"),
-    "analyse": ("analyse", "one checkpoint's loss, anisotropy, spectra and attention"),
+    "analyse": ("analyse", "one checkpoint's registered metrics, as the pipeline computes them (its --help names them)"),
     "plan": ("plan", "jobs, downloads, disk and GPU-hours of a config's plan"),
     "pin-revisions": ("pin", "write the pins files (step -> commit) of checkpoints that are commits, not branches"),
 }

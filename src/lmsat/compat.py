@@ -77,7 +77,8 @@ SPLIT = {
         "lmsat.products.degeneration_tables", "lmsat.products.bottleneck_tables",
     ),
     "lmsat.heads": ("lmsat.bottleneck.rank_heads", "lmsat.bottleneck.head_loss", "lmsat.bottleneck.representation_cache"),
-    "lmsat.callbacks": ("lmsat.standalone.callback", "lmsat.standalone.monitor", "lmsat.standalone.callback_files"),
+    "lmsat.callbacks": ("lmsat.standalone.callback", "lmsat.standalone.watch", "lmsat.standalone.monitor",
+                        "lmsat.standalone.callback_files"),
 }
 RENAMED = {("lmsat.config", "revisions"): "expand_revisions", ("lmsat.config", "models"): "model_entries"}
 

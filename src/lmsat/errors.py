@@ -63,3 +63,8 @@ class PublishedRecordError(ValueError):
 class MonitorError(ValueError):
     """A model, sample or setting that lmsat.standalone.callback cannot watch a training run with;
     raised before training starts, naming the culprit and the fix."""
+
+
+class ShardedModelError(MonitorError):
+    """A model whose weights are sharded across processes (FSDP, DTensor, DeepSpeed ZeRO-3):
+    the watch reads the whole model on one process, so it refuses it, naming a parameter."""

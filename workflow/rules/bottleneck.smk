@@ -19,11 +19,11 @@ rule build_head_cache:
     output:
         train=head_shards("train"),
         eval=head_shards("eval"),
-        manifest="results/{run}/bottleneck/cache/{model}/manifest.json",
+        manifest="<results>/bottleneck/cache/{model}/manifest.json",
     log:
-        "logs/{run}/build_head_cache/{model}.log",
+        "<logs>/build_head_cache/{model}.log",
     benchmark:
-        "benchmarks/out/{run}/build_head_cache/{model}.tsv"
+        "<benchmarks>/build_head_cache/{model}.tsv"
     conda:
         "../../envs/lmsat.yaml"
     threads: CONFIG["threads"]
@@ -32,7 +32,7 @@ rule build_head_cache:
             wildcards.model, BOTTLENECK["cache_mem_mb"], attempt
         ),
         runtime=lambda wildcards, attempt: BOTTLENECK["cache_runtime"] * attempt,
-        gpu=lambda wildcards: 1 if CONFIG["device"] == "cuda" else 0,
+        gpu=1 if CONFIG["device"] == "cuda" else 0,
     params:
         model=get_final_model_params,
         tokenizer=lambda wildcards: model_tokenizer(wildcards.model),
@@ -58,15 +58,15 @@ rule build_head_cache:
 
 rule train_rank_head:
     input:
-        manifest="results/{run}/bottleneck/cache/{model}/manifest.json",
+        manifest="<results>/bottleneck/cache/{model}/manifest.json",
         train=head_shards("train"),
         eval=head_shards("eval"),
     output:
-        "results/{run}/bottleneck/runs/{model}/r{rank}/lr{lr}.json",
+        "<results>/bottleneck/runs/{model}/r{rank}/lr{lr}.json",
     log:
-        "logs/{run}/train_rank_head/{model}/r{rank}/lr{lr}.log",
+        "<logs>/train_rank_head/{model}/r{rank}/lr{lr}.log",
     benchmark:
-        "benchmarks/out/{run}/train_rank_head/{model}/r{rank}/lr{lr}.tsv"
+        "<benchmarks>/train_rank_head/{model}/r{rank}/lr{lr}.tsv"
     wildcard_constraints:
         rank=r"\d+",
         lr=_alternatives(HEAD_LRS),
@@ -76,12 +76,12 @@ rule train_rank_head:
     resources:
         mem_mb=lambda wildcards, attempt: BOTTLENECK["head_mem_mb"] * attempt,
         runtime=lambda wildcards, attempt: BOTTLENECK["head_runtime"] * attempt,
-        gpu=lambda wildcards: 1 if CONFIG["device"] == "cuda" else 0,
+        gpu=1 if CONFIG["device"] == "cuda" else 0,
     params:
         settings=head_train_fields(BOTTLENECK),
         lr=lambda wildcards: HEAD_LRS[wildcards.lr],
         state_dir=lambda wildcards: (
-            f"results/{wildcards.run}/bottleneck/state/{wildcards.model}/r{wildcards.rank}/lr{wildcards.lr}"
+            f"results/{RUN}/bottleneck/state/{wildcards.model}/r{wildcards.rank}/lr{wildcards.lr}"
         ),
         seed=CONFIG["seed"],
     script:
@@ -92,16 +92,15 @@ rule tabulate_bottleneck:
     input:
         runs=[run for model in BOTTLENECK["models"] for run in head_runs(model)],
         manifests=expand(
-            "results/{run}/bottleneck/cache/{model}/manifest.json",
-            run=RUN,
+            "<results>/bottleneck/cache/{model}/manifest.json",
             model=BOTTLENECK["models"],
         ),
         spectra=[final_spectrum(model) for model in BOTTLENECK["models"]],
     output:
-        heads="results/{run}/tables/bottleneck_heads.csv",
-        search="results/{run}/tables/bottleneck_lr_search.csv",
+        heads="<results>/tables/bottleneck_heads.csv",
+        search="<results>/tables/bottleneck_lr_search.csv",
     log:
-        "logs/{run}/tabulate_bottleneck.log",
+        "<logs>/tabulate_bottleneck.log",
     conda:
         "../../envs/lmsat.yaml"
     params:

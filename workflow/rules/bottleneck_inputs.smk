@@ -17,10 +17,10 @@ HEAD_SHARDS = {
 }
 
 
-def head_shards(name, model="{model}", run="{run}"):
+def head_shards(name, model="{model}"):
     """The head cache's shard files of set `name` (train or eval)."""
     return [
-        f"results/{run}/bottleneck/cache/{model}/{name}_{shard:04d}.h5"
+        f"results/{RUN}/bottleneck/cache/{model}/{name}_{shard:04d}.h5"
         for shard in HEAD_SHARDS[name]
     ]
 

@@ -17,11 +17,11 @@ rule analyse_checkpoint:
         tokenizer=get_tokenizer_files,
     output:
         **WEIGHT_METRIC_FILES,
-        cache="results/{run}/cache/{model}/{revision}.h5",
+        cache="<results>/cache/{model}/{revision}.h5",
     log:
-        "logs/{run}/analyse_checkpoint/{model}/{revision}.log",
+        "<logs>/analyse_checkpoint/{model}/{revision}.log",
     benchmark:
-        "benchmarks/out/{run}/analyse_checkpoint/{model}/{revision}.tsv"
+        "<benchmarks>/analyse_checkpoint/{model}/{revision}.tsv"
     conda:
         "../../envs/lmsat.yaml"
     threads: CONFIG["threads"]
@@ -30,7 +30,7 @@ rule analyse_checkpoint:
             wildcards.model, CONFIG["extraction"]["mem_mb"], attempt
         ),
         runtime=lambda wildcards, attempt: CONFIG["extraction"]["runtime"] * attempt,
-        gpu=lambda wildcards: 1 if CONFIG["device"] == "cuda" else 0,
+        gpu=1 if CONFIG["device"] == "cuda" else 0,
     params:
         model=get_model_params,
         record=get_checkpoint_record,

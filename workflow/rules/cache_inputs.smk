@@ -15,17 +15,21 @@ def get_tokenizer_files(wildcards):
 
 def checkpoint_job_mem_mb(model, base_mb, attempt):
     """Host memory of rule analyse_checkpoint beside its own `base_mb`. It loads the
-    checkpoint in its stored dtype (2 bytes a parameter for float16/bfloat16 checkpoints
-    like Pythia's) straight onto its device: on a GPU the host holds no copy of the weights
-    (memory-mapped files; a quarter of them as margin for a shard in flight), on the CPU the
-    model in the wider of the stored and forward dtypes (+20%). Float32 checkpoints on
-    the CPU need more: a retry after an OOM asks for `attempt` times this.
+    checkpoint in its stored dtype (fetch.stored_dtype: 2 bytes a parameter for
+    float16/bfloat16 checkpoints like Pythia's, 4 for float32 ones) straight onto its
+    device: on a GPU the host holds no copy of the weights (memory-mapped files; a quarter
+    of them as margin for a shard in flight), on the CPU the model in the wider of the
+    stored and forward dtypes (+20%). A retry after an OOM asks for `attempt` times this.
     """
     forward_bytes = 4 if CONFIG["extraction"]["dtype"] == "float32" else 2
+    stored_bytes = stored_bytes_per_param(MODELS[model], FETCH)
     if CONFIG["device"] == "cuda":
-        weights_mb = 0.25 * 2 * estimated_parameters(MODELS[model]) / 1e6
+        weights_mb = 0.25 * stored_bytes * estimated_parameters(MODELS[model]) / 1e6
     else:
         weights_mb = (
-            1.2 * max(2, forward_bytes) * estimated_parameters(MODELS[model]) / 1e6
+            1.2
+            * max(stored_bytes, forward_bytes)
+            * estimated_parameters(MODELS[model])
+            / 1e6
         )
     return int((base_mb + weights_mb) * attempt)

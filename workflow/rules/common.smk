@@ -2,6 +2,7 @@
 # functions (get_*) and helpers several stages share, then each stage's own in a section
 # named after its rule file.
 import copy
+import functools
 import re
 import sys
 from dataclasses import asdict, replace
@@ -40,12 +41,17 @@ from lmsat.bottleneck.rank_grid import (
     set_corpora,
     shard_count,  # the head cache's shard files
 )
-from lmsat.checkpoints.fetch import checkpoint_disk_mb, estimated_parameters
+from lmsat.checkpoints.fetch import (
+    checkpoint_disk_mb,
+    estimated_parameters,
+    stored_bytes_per_param,
+)
 from lmsat.checkpoints.local_hub import repo_dir
 from lmsat.core.fingerprint import FETCHED_MARKER, changed_files, weights_fingerprint
 from lmsat.core.integrity import selected_revision as checked_selection
-from lmsat.core.io import read_json
-from lmsat.core.names import PATH_NAME_PATTERN
+from lmsat.core.io import read_json, read_record
+from lmsat.core.job_inputs import is_storage_url
+from lmsat.core.names import PATH_NAME_PATTERN, checkpoint_path
 from lmsat.data.corpus import corpus_inputs
 from lmsat.planning.config_files import (
     config_sha256,
@@ -54,10 +60,18 @@ from lmsat.planning.config_files import (
     read_config_files,
     result_config,
 )
+from lmsat.planning.bucket_runs import S3Folders
 from lmsat.planning.load import load_plan
 from lmsat.planning.refusals import ngram_tokenizers
 from lmsat.planning.run_claim import check_run_claim, write_run_claim
 from lmsat.planning.slicing import run_of_config_file
+from lmsat.planning.storage import (
+    check_storage_run_claim,
+    recheck_directories as recheck_storage_directories,
+    remember_buckets,
+    reuse_input_sizes,
+    write_storage_run_claim,
+)
 from lmsat.planning.staging import (
     STAGING_RULES,
     needs_staging_corpus,
@@ -105,6 +119,18 @@ CONFIG_DIR = (
     and (workflow.overwrite_configfiles or workflow.configfiles)
     else None
 )
+
+
+def storage_folders():
+    """How planning reads an own run kept in a bucket (a local model's id: s3://...): with
+    the endpoint and credentials of Snakemake's s3 storage settings, if given."""
+    settings = (workflow.storage_provider_settings or {}).get("s3")
+    settings = settings.get_settings(None) if settings is not None else None
+    if settings is None:
+        return None
+    return S3Folders(settings.endpoint_url, settings.access_key, settings.secret_key)
+
+
 PLAN = load_plan(
     chosen,
     SCHEMA,
@@ -117,8 +143,21 @@ PLAN = load_plan(
         else "default"
     ),
     config_dir=CONFIG_DIR,
+    folders=storage_folders(),
 )
 RUN = PLAN.run
+
+
+# Where the run's files go, written <results>/..., <logs>/..., <benchmarks>/... in the rules
+# (RUN, above): the run's name is in every path's constant prefix, which Snakemake's
+# output index matches a file against; a {run} wildcard made every file a candidate of every
+# rule's outputs.
+pathvars:
+    results=f"results/{RUN}",
+    logs=f"logs/{RUN}",
+    benchmarks=f"benchmarks/out/{RUN}",
+
+
 for _note in PLAN.notes:  # what planning left out of the config, and how to keep it
     print(f"lmsat: note: {_note}", file=sys.stderr)
 # Where this run's files go is the workflow's to say; the library computes on the paths it
@@ -176,13 +215,32 @@ CONFIG_SOURCES = (
     if workflow.modifier.is_main_snakefile()
     else "the config dict a `module` statement passed"
 )
-check_run_claim(
-    f"results/{RUN}",
-    RESULT_CONFIG,
-    CONFIG_SOURCES,
-    CONFIG["replace_results"],
-    claimed=workflow.modifier.is_main_snakefile(),  # a module's run writes no claim
+# A storage run keeps its claim in the bucket, beside its outputs (lmsat.planning.storage).
+STORAGE_PREFIX = (
+    (workflow.storage_settings.default_storage_prefix or "").rstrip("/")
+    if workflow.storage_settings is not None
+    and workflow.storage_settings.default_storage_provider
+    else None
 )
+if STORAGE_PREFIX is None:
+    check_run_claim(
+        f"results/{RUN}",
+        RESULT_CONFIG,
+        CONFIG_SOURCES,
+        CONFIG["replace_results"],
+        claimed=workflow.modifier.is_main_snakefile(),  # a module's run writes no claim
+    )
+elif workflow.is_main_process:
+    check_storage_run_claim(
+        workflow.storage_registry.default_storage_provider.object(
+            f"{STORAGE_PREFIX}/results/{RUN}"
+        ),
+        f"{STORAGE_PREFIX}/results/{RUN}",
+        RESULT_CONFIG,
+        CONFIG_SOURCES,
+        CONFIG["replace_results"],
+        claimed=workflow.modifier.is_main_snakefile(),
+    )
 
 
 # Recorded when the run starts executing (never by a dry run); as a module, lmsat leaves the
@@ -192,7 +250,12 @@ check_run_claim(
 if workflow.modifier.is_main_snakefile():
 
     onstart:
-        write_run_claim(f"results/{RUN}", RESULT_CONFIG, CONFIG_SOURCES)
+        if STORAGE_PREFIX is None:
+            write_run_claim(f"results/{RUN}", RESULT_CONFIG, CONFIG_SOURCES)
+        else:
+            write_storage_run_claim(
+                storage_object(f"results/{RUN}"), RESULT_CONFIG, CONFIG_SOURCES
+            )
         warm_interpreter.start(
             f"logs/{RUN}/warm_interpreter.log",
             jobs=sum(1 for _ in workflow.dag.needrun_jobs()),
@@ -211,7 +274,8 @@ MODELS = PLAN.models
 # The suite of EleutherAI's published record (source: published; published.smk), if any.
 PUBLISHED = {n: s for n, s in CONFIG["suites"].items() if s["source"] == "published"}
 TOY_LANGUAGE = f"results/{RUN}/toy/language.h5"
-TOY_TOKENIZER = f"results/{RUN}/toy/tokenizer/tokenizer.json"
+# the toy tokenizer: a directory (tokenizer.json and its configs), one output and input whole
+TOY_TOKENIZER = f"results/{RUN}/toy/tokenizer"
 FETCH = CONFIG["fetch"]
 # The analysis sections, validated and cross-checked by load_plan (lmsat.planning).
 EVALUATION = CONFIG["evaluation"]
@@ -234,7 +298,7 @@ WEIGHT_METRICS = [m for m in PLANNED_METRICS if METRICS[m].reads == "weights"]
 # compare_checkpoint_caches, metrics.smk)
 CACHE_PAIR_METRICS = [m for m in PLANNED_METRICS if METRICS[m].reads == "cache_pairs"]
 WEIGHT_METRIC_FILES = {
-    m: f"results/{{run}}/{m}/{{model}}/{{revision}}.h5" for m in WEIGHT_METRICS
+    m: f"results/{RUN}/{m}/{{model}}/{{revision}}.h5" for m in WEIGHT_METRICS
 }
 METRIC_TABLES = {
     table: metric
@@ -244,10 +308,10 @@ METRIC_TABLES = {
 
 
 def metric_file_pattern(metric):
-    """The per-checkpoint file of planned metric `metric`, {run}, {model}, {revision} to fill."""
+    """The per-checkpoint file of planned metric `metric`, {model} and {revision} to fill."""
     if METRICS[metric].reads == "weights":
         return WEIGHT_METRIC_FILES[metric]
-    return f"results/{{run}}/metrics/{metric}/{{model}}/{{revision}}.json"
+    return f"results/{RUN}/metrics/{metric}/{{model}}/{{revision}}.json"
 
 
 def vanished_checkpoints():
@@ -259,18 +323,20 @@ def vanished_checkpoints():
     revisions only, so nothing can remake or overwrite them)."""
     found = {}
     for name, entry in MODELS.items():
-        if entry.source != "local":
+        if entry.source != "local" or is_storage_url(
+            entry.id
+        ):  # a bucket's: never rotated
             continue
         for metric in PLANNED_METRICS:
             pattern = metric_file_pattern(metric)
-            folder = Path(pattern.format(run=RUN, model=name, revision="x")).parent
+            folder = Path(pattern.format(model=name, revision="x")).parent
             suffix = Path(pattern).suffix
             for path in sorted(folder.glob(f"*{suffix}")) if folder.is_dir() else ():
                 revision = path.name[: -len(suffix)]
                 if (
                     re.fullmatch(PATH_NAME_PATTERN, revision)
                     and revision not in entry.revisions
-                    and not (Path(entry.id) / revision).exists()
+                    and not checkpoint_path(entry.id, revision).exists()
                 ):
                     found.setdefault(name, {})[revision] = None
     natural = lambda name: [
@@ -294,6 +360,44 @@ if VANISHED and workflow.is_main_process:
             f"delete their files: results/{RUN}/*/{_model}/<revision>.* and results/{RUN}/metrics/*/{_model}/<revision>.json",
             file=sys.stderr,
         )
+
+
+@functools.lru_cache(maxsize=None)
+def run_checkpoints(model):
+    """[(revision, step)] of every checkpoint of `model` whose loss this run's loss table
+    holds, in training order: the planned ones and those that left the disk (VANISHED, with
+    their loss records, step read there). Its last is the final the loss table, the verdict
+    and best_final.csv name, so every comparison "with the final" uses it too."""
+    entry = MODELS[model]
+    found = dict(zip(entry.revisions, entry.steps))
+    for revision in VANISHED.get(model, ()):
+        path = Path(metric_file_pattern("loss").format(model=model, revision=revision))
+        if path.is_file():
+            found[revision] = int(read_record(path, "model", "revision")["step"])
+    return tuple(sorted(found.items(), key=lambda item: item[1]))
+
+
+def run_final(model):
+    """The revision of `model`'s final checkpoint in this run's tables (run_checkpoints)."""
+    return run_checkpoints(model)[-1][0]
+
+
+if CACHE_PAIR_METRICS and workflow.is_main_process:
+    for _model, _revisions in VANISHED.items():
+        _final = run_final(_model)
+        if (
+            _final in _revisions
+            and not Path(f"results/{RUN}/cache/{_model}/{_final}.h5").is_file()
+        ):
+            print(
+                f"lmsat: note: model {_model}: the cache of its final checkpoint {_final} (no longer on disk) is gone "
+                f"too, so {', '.join(CACHE_PAIR_METRICS)} cannot compare a checkpoint with it: the records made "
+                "against it are kept, a checkpoint measured since has no rows 'final' (never another checkpoint "
+                "under that name)",
+                file=sys.stderr,
+            )
+
+
 # A slice (`select`) writes under a run directory of its own (lmsat.planning.slicing.slice_run).
 if any(CONFIG["select"].values()) and workflow.is_main_process:
     print(
@@ -311,7 +415,6 @@ def _alternatives(values):
 
 
 wildcard_constraints:
-    run=re.escape(RUN),
     model=_alternatives(MODELS),
     revision=_alternatives(r for m in MODELS.values() for r in m.revisions),
     metric=_alternatives(CACHE_METRICS) or "(?!)",
@@ -319,6 +422,51 @@ wildcard_constraints:
     tokenizer=_alternatives(CONFIG["tokenizers"]),
     kind="|".join(CHECKPOINT_KINDS),
     task=_alternatives(EVALUATION["tasks"]) or "(?!)",
+
+
+# ---------------------------------------------------------------- storage (docs/cluster.md)
+# A run whose files live in a storage provider (--default-storage-provider s3 ...): Snakemake
+# maps every input and output path to an object under the prefix (STORAGE_PREFIX, above),
+# and a job sees it as a local copy under .snakemake/storage/ (lmsat.core.job_inputs reads
+# the specs' paths there).
+# the directory() outputs: the toy hub and tokenizer, staged tokenizers and lm-eval datasets,
+# fetched checkpoints (lmsat.planning.storage: the s3 plugin would not see them uploaded)
+DIRECTORY_OUTPUTS = (
+    r"(?:^|/)(?:toy/hub/models--[^/]+|toy/tokenizer|staged/(?:tokenizers|datasets)/[^/]+"
+    r"|weights/(?:best/)?[^/]+/[^/]+)$"
+)
+if STORAGE_PREFIX is not None:
+    recheck_storage_directories(DIRECTORY_OUTPUTS)
+    reuse_input_sizes()  # two requests per input per scheduling round otherwise
+    remember_buckets()  # a request before every "missing" and every upload otherwise
+
+
+def planned_path(f):
+    """The path the workflow planned for a rule's input or output `f` (a storage run gives its
+    rules' files as their local copies: .snakemake/storage/s3/<bucket>/<prefix>/<path>).
+    """
+    query = getattr(f.storage_object, "query", None) if f.is_storage else None
+    if query is None or STORAGE_PREFIX is None or not query.startswith(STORAGE_PREFIX):
+        return str(f)
+    return query[len(STORAGE_PREFIX) :].lstrip("/")
+
+
+def storage_object(path):
+    """The storage object of planned path `path` (a storage run only)."""
+    provider = workflow.storage_registry.default_storage_provider
+    return provider.object(f"{STORAGE_PREFIX}/{path}")
+
+
+def planned_file(path):
+    """A local file holding planned file `path`, for planning to read (a table that shapes the
+    DAG): `path` itself on a shared disk, a fresh local copy in a storage run."""
+    if STORAGE_PREFIX is None:
+        return path
+    obj = storage_object(path)
+    # the plugin's own call: an input function may run inside Snakemake's event loop
+    obj.local_path().parent.mkdir(parents=True, exist_ok=True)
+    obj.retrieve_object()
+    return str(obj.local_path())
 
 
 # ---------------------------------------------------------------- checkpoints and models (shared)
@@ -337,7 +485,7 @@ def sample_file(model):
 def checkpoint_files(pattern, **extra):
     """`pattern` formatted for every (model, revision) of the plan."""
     return [
-        pattern.format(run=RUN, model=model, revision=revision, **extra)
+        pattern.format(model=model, revision=revision, **extra)
         for model, revision in PLAN.checkpoints()
     ]
 
@@ -347,7 +495,7 @@ def metric_files(metric):
     those it made for checkpoints no longer on disk (VANISHED: kept, made by no job)."""
     pattern = metric_file_pattern(metric)
     kept = [
-        pattern.format(run=RUN, model=model, revision=revision)
+        pattern.format(model=model, revision=revision)
         for model, revisions in VANISHED.items()
         for revision in revisions
     ]
@@ -361,6 +509,8 @@ def tracked_weights(model, revision):
     downloads. Rule record_weights fingerprints these; their readers depend on the record.
     """
     entry = MODELS[model]
+    if entry.source == "local" and is_storage_url(entry.id):
+        return None  # a revision in a bucket: an input of its own (weights_of)
     if entry.source == "local":
         return entry.pretrained_source(revision)[0]
     if entry.source != "hub":
@@ -381,15 +531,28 @@ def weights_of(model, revision):
     model, the record of weights the pipeline did not make (tracked_weights), or the
     checkpoint fetched from the hub. ancient(): a checkpoint fetched again (e.g. the best
     one for lm-eval, after its first copy was removed) is the same weights, so its newer
-    files must not rerun the finished jobs that read the first copy."""
+    files must not rerun the finished jobs that read the first copy. A toy model's jobs load
+    its published repository (and depend on its training record); a revision of an own run
+    kept in a bucket (id: s3://...) is a storage input."""
     entry = MODELS[model]
     if entry.source == "toy":
-        return f"results/{RUN}/toy/models/{model}.json"
+        return [toy_repository(model), f"results/{RUN}/toy/models/{model}.json"]
+    if entry.source == "local" and is_storage_url(entry.id):
+        return storage(f"{entry.id.rstrip('/')}/{revision}")
+    if tracked_weights(model, revision) and entry.source == "local" and STORAGE_PREFIX:
+        # on this machine only: its readers run here (docs/cluster.md, "Your own files")
+        directory = entry.pretrained_source(revision)[0]
+        return [weights_record(model, revision), users_own(ancient(directory))]
     if tracked_weights(model, revision):
         return weights_record(model, revision)
     if entry.source == "hub":
         return ancient(entry.cache_dir(revision))
     return []
+
+
+def toy_repository(model):
+    """The toy model's published repository in the toy hub cache (rule train_toy_model)."""
+    return str(repo_dir(TOY_HUB_CACHE, MODELS[model].id))
 
 
 def check_toy_hub():
@@ -473,6 +636,10 @@ def tokenizer_inputs(name):
     spec = tokenizer_spec(name)
     if spec["source"] == "toy":
         return [TOY_TOKENIZER]
+    if spec["source"] == "local" and is_storage_url(spec["id"]):  # in a bucket
+        return [storage(spec["id"].rstrip("/"))]
+    if spec["source"] == "local" and STORAGE_PREFIX is not None:  # on this machine
+        return [users_own(spec["id"])]
     return [spec["staged"]] if "staged" in spec else []
 
 
@@ -487,7 +654,16 @@ def corpus_spec(name):
 def corpus_files(name):
     """Files corpus `name` reads (its local files, or its staged prefix)."""
     spec = corpus_spec(name)
-    return corpus_inputs(spec) + ([spec["staged"]] if "staged" in spec else [])
+    files = [
+        users_own(f) if spec["type"] == "text_files" else f for f in corpus_inputs(spec)
+    ]
+    return files + ([spec["staged"]] if "staged" in spec else [])
+
+
+def users_own(path):
+    """A file or directory of the user's (a text corpus, a local tokenizer or checkpoint): in a
+    storage run it is on this machine only, so local(): the jobs reading it run here."""
+    return local(path) if STORAGE_PREFIX is not None else path
 
 
 def lmeval_task_staged(task):
@@ -496,6 +672,11 @@ def lmeval_task_staged(task):
     if task_files(task) or task == "storycloze_2016":
         return []
     return f"results/{RUN}/staged/lmeval/{task}.json"
+
+
+def lmeval_task_datasets(task):
+    """The datasets cache rule stage_lmeval_task filled for `task` (beside its manifest)."""
+    return f"results/{RUN}/staged/datasets/{task}" if lmeval_task_staged(task) else []
 
 
 def model_tokenizer(model):
@@ -537,8 +718,16 @@ def task_files(task):
     if task in OFFLINE_TASKS:
         return [f"{TASK_DIR}/{task}.yaml", f"{TASK_DIR}/{task}.jsonl"]
     if task == "storycloze_2016" and EVALUATION["storycloze_dir"]:
-        return [f"{TASK_DIR}/storycloze_2016.yaml"]
+        # the YAML and the copies of the manual download beside it (rule write_storycloze_task)
+        return [f"{TASK_DIR}/storycloze_2016.yaml", *storycloze_copies()]
     return []
+
+
+def storycloze_copies(task_dir=TASK_DIR):
+    """Where the manually downloaded CSVs are copied (by write_storycloze_task), beside the task
+    YAML, which names them relative to itself, so that an evaluation job reads its inputs.
+    """
+    return [f"{task_dir}/{name}" for name in STORYCLOZE_2016_FILES.values()]
 
 
 def evaluation_records():
@@ -548,3 +737,19 @@ def evaluation_records():
         for kind in CHECKPOINT_KINDS
         for task in EVALUATION["tasks"]
     ]
+
+
+def keep_signatures():
+    """Every input, params and resource function of every rule keeps its signature as
+    `__signature__` (which inspect.signature returns as it is): Snakemake inspects a
+    function's signature at each call, for every job, which was 8% of the Pythia plan's dry
+    run. Called once every rule is defined (workflow/Snakefile)."""
+    import inspect
+
+    for planned in workflow.rules:
+        for item in [*planned.input, *planned.params, *planned.resources.values()]:
+            function = getattr(
+                item, "_file", item
+            )  # an input function, as Snakemake holds it
+            if inspect.isfunction(function) and "__signature__" not in vars(function):
+                function.__signature__ = inspect.signature(function)

@@ -16,11 +16,11 @@ localrules:
 
 checkpoint select_checkpoints:
     input:
-        "results/{run}/tables/loss.csv",
+        "<results>/tables/loss.csv",
     output:
-        "results/{run}/tables/best_final.csv",
+        "<results>/tables/best_final.csv",
     log:
-        "logs/{run}/select_checkpoints.log",
+        "<logs>/select_checkpoints.log",
     conda:
         "../../envs/lmsat.yaml"
     script:
@@ -29,33 +29,36 @@ checkpoint select_checkpoints:
 
 rule build_offline_tasks:
     input:
-        "results/{run}/corpora/synthetic/eval.txt",
+        "<results>/corpora/synthetic/eval.txt",
     output:
         expand(
-            "results/{run}/evaluation/tasks/{name}.{ext}",
-            run="{run}",
+            "<results>/evaluation/tasks/{name}.{ext}",
             name=OFFLINE_TASKS,
             ext=("yaml", "jsonl"),
         ),
     log:
-        "logs/{run}/build_offline_tasks.log",
+        "<logs>/build_offline_tasks.log",
     conda:
         "../../envs/lmsat.yaml"
     params:
         n_docs=EVALUATION["offline_docs"],
         n_choices=EVALUATION["offline_choices"],
         seed=CONFIG["seed"],
+        context_words=offline_context_words(),
     script:
         "../scripts/build_offline_tasks.py"
 
 
+# A localrule because it reads the manual download where the user put it (evaluation.storycloze_dir,
+# on this machine); its copies are outputs, which the evaluation jobs read wherever they run.
 rule write_storycloze_task:
     input:
         get_storycloze_files,
     output:
-        "results/{run}/evaluation/tasks/storycloze_2016.yaml",
+        "<results>/evaluation/tasks/storycloze_2016.yaml",
+        storycloze_copies("<results>/evaluation/tasks"),
     log:
-        "logs/{run}/write_storycloze_task.log",
+        "<logs>/write_storycloze_task.log",
     conda:
         "../../envs/lmsat.yaml"
     params:
@@ -68,11 +71,11 @@ rule evaluate_checkpoint:
     input:
         unpack(get_evaluation_inputs),
     output:
-        "results/{run}/evaluation/{model}/{kind}/{task}.json",
+        "<results>/evaluation/{model}/{kind}/{task}.json",
     log:
-        "logs/{run}/evaluate_checkpoint/{model}/{kind}/{task}.log",
+        "<logs>/evaluate_checkpoint/{model}/{kind}/{task}.log",
     benchmark:
-        "benchmarks/out/{run}/evaluate_checkpoint/{model}/{kind}/{task}.tsv"
+        "<benchmarks>/evaluate_checkpoint/{model}/{kind}/{task}.tsv"
     conda:
         "../../envs/lmsat.yaml"
     threads: CONFIG["threads"]
@@ -112,11 +115,11 @@ rule make_table1:
     input:
         records=evaluation_records(),
     output:
-        csv="results/{run}/tables/table1.csv",
-        md="results/{run}/tables/table1.md",
-        tex="results/{run}/tables/table1.tex",
+        csv="<results>/tables/table1.csv",
+        md="<results>/tables/table1.md",
+        tex="<results>/tables/table1.tex",
     log:
-        "logs/{run}/make_table1.log",
+        "<logs>/make_table1.log",
     conda:
         "../../envs/lmsat.yaml"
     params:

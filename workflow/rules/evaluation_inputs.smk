@@ -9,24 +9,41 @@ def get_storycloze_files(wildcards):
     return [str(data_dir / name) for name in STORYCLOZE_2016_FILES.values()]
 
 
+def offline_context_words():
+    """Rule build_offline_tasks: the words before synthetic_mc's answer, the evaluated toy
+    models' context (toy.seq_len tokens, a token per word): lm-eval feeds a model its context
+    and the answer but its last token, so up to seq_len + 1 tokens fit, and none is cut (it
+    would cut a longer context from the left, with a warning per item). 0, the whole
+    document, when no toy model is evaluated."""
+    toy = [m for m in EVALUATED_MODELS if MODELS[m].source == "toy"]
+    return CONFIG["toy"]["seq_len"] if toy else 0
+
+
 def selected_revision(model, kind):
-    """Revision of `model` picked as `kind`; the best one is read from the checkpoint output."""
-    if kind == "final":
-        return MODELS[model].final_revision
-    selection = checkpoints.select_checkpoints.get(run=RUN).output[0]
-    loss = f"results/{RUN}/tables/loss.csv"
+    """Revision of `model` picked as `kind`; the best one is read from the checkpoint output,
+    the final is the run's (run_final: best_final.csv's, though it may have left the disk).
+    """
     gone = VANISHED.get(model, ())
-    best = checked_selection(
-        selection, loss, model, kind, MODELS[model].revisions + gone
-    )
+    if kind == "final":
+        picked = run_final(model)
+    else:
+        # get() waits for the checkpoint; its table is read from the bucket in a storage run (a
+        # job without the planner's disk has no copy of it yet when its inputs are planned)
+        selection = planned_file(
+            planned_path(checkpoints.select_checkpoints.get().output[0])
+        )
+        loss = planned_file(f"results/{RUN}/tables/loss.csv")
+        picked = checked_selection(
+            selection, loss, model, kind, MODELS[model].revisions + gone
+        )
     # its records are kept in the tables (VANISHED), but lm-eval needs its weights
-    if best in gone:
+    if picked in gone:
         raise ValueError(
-            f"model {model}: its best checkpoint {best} is no longer in {MODELS[model].id} (measured before it "
+            f"model {model}: its {kind} checkpoint {picked} is no longer in {MODELS[model].id} (measured before it "
             "went: its records stay in the tables), so Table 1 cannot evaluate it. Fix: put the checkpoint back, "
             f"or leave {model} out of evaluation.models"
         )
-    return best
+    return picked
 
 
 def get_evaluation_inputs(wildcards):
@@ -42,15 +59,17 @@ def get_evaluation_inputs(wildcards):
     # (a param, so a rerun trigger) or the reused final JSON changes.
     model = MODELS[wildcards.model]
     tasks = task_files(wildcards.task)
+    final = selected_revision(model.name, "final")
     if wildcards.kind == "final":
         return dict(
-            weights=weights_of(model.name, model.final_revision),
+            weights=weights_of(model.name, final),
             tasks=tasks,
             staged=lmeval_task_staged(wildcards.task),
+            datasets=lmeval_task_datasets(wildcards.task),
         )
-    selection = ancient(checkpoints.select_checkpoints.get(run=RUN).output[0])
+    selection = ancient(checkpoints.select_checkpoints.get().output[0])
     best = selected_revision(model.name, "best")
-    if best == model.final_revision:
+    if best == final:
         final = f"results/{RUN}/evaluation/{model.name}/final/{wildcards.task}.json"
         return dict(selection=selection, same_as=final)
     if model.source == "hub" and not tracked_weights(model.name, best):
@@ -59,7 +78,14 @@ def get_evaluation_inputs(wildcards):
     else:
         weights = weights_of(model.name, best)
     staged = lmeval_task_staged(wildcards.task)
-    return dict(weights=weights, tasks=tasks, selection=selection, staged=staged)
+    datasets = lmeval_task_datasets(wildcards.task)
+    return dict(
+        weights=weights,
+        tasks=tasks,
+        selection=selection,
+        staged=staged,
+        datasets=datasets,
+    )
 
 
 def reuses_final(input):

@@ -13,11 +13,11 @@ include: "fetch_inputs.smk"
 
 rule fetch_checkpoint:
     output:
-        fetched_checkpoint("results/{run}/weights/{model}/{revision}"),
+        fetched_checkpoint("<results>/weights/{model}/{revision}"),
     log:
-        "logs/{run}/fetch_checkpoint/{model}/{revision}.log",
+        "<logs>/fetch_checkpoint/{model}/{revision}.log",
     benchmark:
-        "benchmarks/out/{run}/fetch_checkpoint/{model}/{revision}.tsv"
+        "<benchmarks>/fetch_checkpoint/{model}/{revision}.tsv"
     wildcard_constraints:
         model=_alternatives(HUB_MODELS) or "(?!)",
     retries: FETCH["retries"]
@@ -38,15 +38,15 @@ rule fetch_checkpoint:
 # the first copy again would make Snakemake rerun every job that read it.
 use rule fetch_checkpoint as fetch_best_checkpoint with:
     output:
-        fetched_checkpoint("results/{run}/weights/best/{model}/{revision}"),
+        fetched_checkpoint("<results>/weights/best/{model}/{revision}"),
     log:
-        "logs/{run}/fetch_best_checkpoint/{model}/{revision}.log",
+        "<logs>/fetch_best_checkpoint/{model}/{revision}.log",
     benchmark:
-        "benchmarks/out/{run}/fetch_best_checkpoint/{model}/{revision}.tsv"
+        "<benchmarks>/fetch_best_checkpoint/{model}/{revision}.tsv"
 
 
 # Weights the pipeline did not download (a local checkpoint, a hub cache staged by hand at
-# results/{run}/weights/{model}/{revision}) are never deleted; their readers depend on this
+# <results>/weights/{model}/{revision}) are never deleted; their readers depend on this
 # record instead, whose param is the files' fingerprint (common.smk: tracked_weights): a
 # checkpoint changed after a run reruns the record, and so every job that read it.
 localrules:
@@ -55,9 +55,9 @@ localrules:
 
 rule record_weights:
     output:
-        "results/{run}/weights/records/{model}/{revision}.json",
+        "<results>/weights/records/{model}/{revision}.json",
     log:
-        "logs/{run}/record_weights/{model}/{revision}.log",
+        "<logs>/record_weights/{model}/{revision}.log",
     conda:
         "../../envs/lmsat.yaml"
     params:

@@ -6,7 +6,7 @@
 HUB_MODELS = [name for name, m in MODELS.items() if m.source == "hub"]
 # disk a checkpoint's download needs, for fetch_checkpoint's disk_mb
 CHECKPOINT_DISK_MB = {
-    name: checkpoint_disk_mb(MODELS[name], FETCH["bytes_per_param"])
+    name: checkpoint_disk_mb(MODELS[name], stored_bytes_per_param(MODELS[name], FETCH))
     for name in HUB_MODELS
 }
 
@@ -21,6 +21,6 @@ def get_recorded_fingerprint(wildcards):
     changed files change it, which reruns the record and so every job that read them. A hub
     cache staged by hand and removed after use keeps its recorded fingerprint."""
     directory = tracked_weights(wildcards.model, wildcards.revision)
-    if Path(directory).is_dir():
+    if Path(directory).exists():  # a folder, or a trainer's one-file checkpoint
         return weights_fingerprint(directory)
     return read_json(weights_record(wildcards.model, wildcards.revision))["fingerprint"]

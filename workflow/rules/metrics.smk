@@ -16,14 +16,12 @@ localrules:
 
 rule compute_checkpoint_metric:
     input:
-        cache="results/{run}/cache/{model}/{revision}.h5",
+        cache="<results>/cache/{model}/{revision}.h5",
         sample=get_sample,
     output:
-        "results/{run}/metrics/{metric}/{model}/{revision}.json",
+        "<results>/metrics/{metric}/{model}/{revision}.json",
     log:
-        "logs/{run}/compute_checkpoint_metric/{metric}/{model}/{revision}.log",
-    group:
-        "checkpoint_metrics"  # seconds each: batched into SLURM jobs (profiles/slurm)
+        "<logs>/compute_checkpoint_metric/{metric}/{model}/{revision}.log",
     conda:
         "../../envs/lmsat.yaml"
     resources:
@@ -40,13 +38,11 @@ rule compare_checkpoint_caches:
         unpack(get_comparison_caches),
         sample=get_sample,
     output:
-        "results/{run}/metrics/{metric}/{model}/{revision}.json",
+        "<results>/metrics/{metric}/{model}/{revision}.json",
     log:
-        "logs/{run}/compare_checkpoint_caches/{metric}/{model}/{revision}.log",
+        "<logs>/compare_checkpoint_caches/{metric}/{model}/{revision}.log",
     wildcard_constraints:
         metric=_alternatives(CACHE_PAIR_METRICS) or "(?!)",
-    group:
-        "checkpoint_metrics"
     conda:
         "../../envs/lmsat.yaml"
     resources:
@@ -66,9 +62,9 @@ rule tabulate_metric:
     input:
         unpack(get_metric_table_inputs),
     output:
-        "results/{run}/tables/{table}.csv",
+        "<results>/tables/{table}.csv",
     log:
-        "logs/{run}/tabulate_metric/{table}.log",
+        "<logs>/tabulate_metric/{table}.log",
     wildcard_constraints:
         table=_alternatives(METRIC_TABLES),
     conda:

@@ -16,17 +16,17 @@ rule count_corpus_ngrams:
     input:
         unpack(get_ngram_inputs),
     output:
-        "results/{run}/ngrams/{corpus}/{tokenizer}.h5",
+        "<results>/ngrams/{corpus}/{tokenizer}.h5",
     log:
-        "logs/{run}/count_corpus_ngrams/{corpus}/{tokenizer}.log",
+        "<logs>/count_corpus_ngrams/{corpus}/{tokenizer}.log",
     benchmark:
-        "benchmarks/out/{run}/count_corpus_ngrams/{corpus}/{tokenizer}.tsv"
+        "<benchmarks>/count_corpus_ngrams/{corpus}/{tokenizer}.tsv"
     conda:
         "../../envs/lmsat.yaml"
     resources:
         mem_mb=lambda wildcards, attempt: NGRAMS["mem_mb"] * attempt,
         runtime=lambda wildcards, attempt: NGRAMS["runtime"] * attempt,
-        gpu=lambda wildcards: 1 if CONFIG["device"] == "cuda" else 0,
+        gpu=1 if CONFIG["device"] == "cuda" else 0,
     params:
         corpus=lambda wildcards: corpus_spec(wildcards.corpus),
         tokenizer=lambda wildcards: tokenizer_spec(wildcards.tokenizer),
@@ -38,9 +38,9 @@ rule count_corpus_ngrams:
 
 rule ngram_ground_truth:
     output:
-        "results/{run}/tables/ngram_ground_truth.csv",
+        "<results>/tables/ngram_ground_truth.csv",
     log:
-        "logs/{run}/ngram_ground_truth.log",
+        "<logs>/ngram_ground_truth.log",
     conda:
         "../../envs/lmsat.yaml"
     resources:
@@ -59,15 +59,14 @@ rule ngram_ground_truth:
 rule tabulate_ngrams:
     input:
         expand(
-            "results/{run}/ngrams/{corpus}/{tokenizer}.h5",
-            run=RUN,
+            "<results>/ngrams/{corpus}/{tokenizer}.h5",
             corpus=NGRAM_CORPORA,
             tokenizer=NGRAM_TOKENIZERS,
         ),
     output:
-        "results/{run}/tables/ngram_werror.csv",
+        "<results>/tables/ngram_werror.csv",
     log:
-        "logs/{run}/tabulate_ngrams.log",
+        "<logs>/tabulate_ngrams.log",
     conda:
         "../../envs/lmsat.yaml"
     params:

@@ -22,9 +22,9 @@ PUBLISHED_TABLE1_SECTION = (
     [],
     ["published_table1"],
 )
-PUBLISHED_SUMMARY = "results/{run}/report/published_summary.html"
+PUBLISHED_SUMMARY = f"results/{RUN}/report/published_summary.html"
 
-# Tables that rules of their own write (results/{run}/tables/<name>.csv); name -> (the
+# Tables that rules of their own write (results/<run>/tables/<name>.csv); name -> (the
 # rule's name, whether this config runs it). Figures name them as they name metric tables.
 RULE_TABLES = {
     "best_final": ("select_checkpoints", bool(MODELS)),
@@ -143,14 +143,14 @@ def table_outputs():
     """
     outputs = [f"results/{RUN}/tables/{name}.csv" for name in METRIC_TABLES]
     for writer in dict.fromkeys(r for r, on in RULE_TABLES.values() if on):
-        written = list(getattr(rules, writer).output)
+        written = [planned_path(f) for f in getattr(rules, writer).output]
         for name in [n for n, (r, _) in RULE_TABLES.items() if r == writer]:
-            if f"results/{{run}}/tables/{name}.csv" not in written:
+            if f"results/{RUN}/tables/{name}.csv" not in written:
                 raise WorkflowError(
                     f"RULE_TABLES (workflow/rules/products.smk): rule {writer} does not "
-                    f"write results/{{run}}/tables/{name}.csv (it writes {', '.join(written)})"
+                    f"write results/{RUN}/tables/{name}.csv (it writes {', '.join(written)})"
                 )
-        outputs += expand(written, run=RUN)
+        outputs += list(written)
     return outputs
 
 
@@ -183,7 +183,7 @@ def checkpoint_outputs():
     if not PLANNED_METRICS:
         return []
     samples = [sample_file(model) for model in MODELS]
-    cache = checkpoint_files("results/{run}/cache/{model}/{revision}.h5")
+    cache = checkpoint_files(f"results/{RUN}/cache/{{model}}/{{revision}}.h5")
     return (
         samples
         + cache
@@ -233,9 +233,11 @@ def get_figure_options(wildcards):
 
 
 def one_line(caption):
-    """A caption (one RST paragraph) on one line, its "quotes" curly: the report lists a job's
-    params with each newline as a literal \\n and each straight double quote as \\", and a
-    paragraph's lines joined render the same."""
+    """A caption (one RST paragraph) on one line, its "quotes" curly, the run's directory in
+    its paths (a caption names results/<run>/...): the report lists a job's params with each
+    newline as a literal \\n and each straight double quote as \\", and a paragraph's lines
+    joined render the same."""
+    caption = caption.replace("results/<run>/", f"results/{RUN}/")
     return re.sub(r'"([^"]*)"', "\u201c\\1\u201d", " ".join(caption.split()))
 
 
@@ -245,7 +247,7 @@ def get_figure_caption(wildcards):
 
 
 def figure_report(path):
-    """`path` (results/{run}/figures/{figure}.png or .pdf) marked for the report, in its
+    """`path` (<results>/figures/{figure}.png or .pdf) marked for the report, in its
     section, with its caption (get_figure_caption, shown through report/figure.rst)."""
     return report(
         path,
@@ -257,11 +259,7 @@ def figure_report(path):
 
 # ---------------------------------------------------------------- the report (report.smk)
 # a run of the published record alone: its own page (published.smk) is the summary
-SUMMARY_HTML = (
-    f"results/{RUN}/report/summary.html"
-    if MODELS
-    else PUBLISHED_SUMMARY.format(run=RUN)
-)
+SUMMARY_HTML = f"results/{RUN}/report/summary.html" if MODELS else PUBLISHED_SUMMARY
 
 
 def table_category(wildcards):
@@ -302,9 +300,9 @@ def summary_figures():
 def get_summary_inputs(wildcards):
     """The tables the summary reads: loss and its saturation verdicts always; the fit,
     Table 1, the rank-r heads, the identical weights, the gradient bottleneck, the head's
-    weight diagnostics and the representation similarity when the config makes them (the
-    summary builds from whatever the run has), and beside Table 1 EleutherAI's published
-    evaluations (lmsat.data.published_evals)."""
+    weight diagnostics, the representation similarity and the order of events when the
+    config makes them (the summary builds from whatever the run has), and beside Table 1
+    EleutherAI's published evaluations (lmsat.data.published_evals)."""
     inputs = dict(loss=f"results/{RUN}/tables/loss.csv")
     if "saturation_verdicts" in PLANNED_TABLES:
         inputs["verdicts"] = f"results/{RUN}/tables/saturation_verdicts.csv"
@@ -316,6 +314,8 @@ def get_summary_inputs(wildcards):
         alpha="weight_alpha",
         similarity="representation_similarity",
         gradient="gradient_bottleneck",
+        event_order="event_order",
+        event_prediction="event_prediction",
     )
     for key, name in named.items():
         if name in PLANNED_TABLES:

@@ -10,14 +10,14 @@ localrules:
 
 rule summarize_published:
     output:
-        **{name: f"results/{{run}}/tables/{name}.csv" for name in PUBLISHED_TABLES},
+        **{name: f"<results>/tables/{name}.csv" for name in PUBLISHED_TABLES},
         html=report(
             PUBLISHED_SUMMARY,
             caption="../report/published_summary.rst",
             category=PUBLISHED_CATEGORY,
         ),
     log:
-        "logs/{run}/summarize_published.log",
+        "<logs>/summarize_published.log",
     conda:
         "../../envs/lmsat.yaml"
     params:
@@ -29,6 +29,7 @@ rule summarize_published:
             for name, suite in PUBLISHED.items()
         },
         config_sha256=CONFIG_SHA256,
+        run=RUN,
         evals_sha256=PUBLISHED_EVALS_SHA256,  # the packaged CSV it reads (published_inputs.smk)
         figures=[f for f in summary_figures() if is_published_figure(f[1])],
     script:

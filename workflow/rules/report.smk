@@ -16,10 +16,10 @@ rule plot_figure:
     input:
         unpack(get_figure_inputs),
     output:
-        png=figure_report("results/{run}/figures/{figure}.png"),
-        pdf=figure_report("results/{run}/figures/{figure}.pdf"),
+        png=figure_report("<results>/figures/{figure}.png"),
+        pdf=figure_report("<results>/figures/{figure}.pdf"),
     log:
-        "logs/{run}/plot_figure/{figure}.log",
+        "<logs>/plot_figure/{figure}.log",
     wildcard_constraints:
         figure=_alternatives(PLANNED_FIGURES) or "(?!)",
     conda:
@@ -33,16 +33,16 @@ rule plot_figure:
 
 rule render_table:
     input:
-        "results/{run}/tables/{table}.csv",
+        "<results>/tables/{table}.csv",
     output:
         report(
-            "results/{run}/report/{table}.html",
+            "<results>/report/{table}.html",
             caption="../report/table.rst",
             category=table_category,
             subcategory=table_subcategory,
         ),
     log:
-        "logs/{run}/render_table/{table}.log",
+        "<logs>/render_table/{table}.log",
     wildcard_constraints:
         table="|".join(SECTION_OF_TABLE),
     conda:
@@ -58,14 +58,14 @@ rule summarize_run:
         unpack(get_summary_inputs),
     output:
         html=report(
-            "results/{run}/report/summary.html",
+            "<results>/report/summary.html",
             caption="../report/summary.rst",
             category="Summary",
         ),
-        comparison="results/{run}/tables/paper_comparison.csv",
-        published="results/{run}/tables/published_evals.csv",
+        comparison="<results>/tables/paper_comparison.csv",
+        published="<results>/tables/published_evals.csv",
     log:
-        "logs/{run}/summarize_run.log",
+        "<logs>/summarize_run.log",
     conda:
         "../../envs/lmsat.yaml"
     params:
@@ -76,6 +76,7 @@ rule summarize_run:
         config_sha256=CONFIG_SHA256,
         figures=summary_figures(),
         num_fewshot=EVALUATION["num_fewshot"],
+        run=RUN,
     script:
         "../scripts/summarize_run.py"
 

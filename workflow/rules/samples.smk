@@ -5,9 +5,9 @@ rule sample_eval_tokens:
     input:
         get_sample_inputs,
     output:
-        "results/{run}/samples/{corpus}/{tokenizer}.h5",
+        "<results>/samples/{corpus}/{tokenizer}.h5",
     log:
-        "logs/{run}/sample_eval_tokens/{corpus}/{tokenizer}.log",
+        "<logs>/sample_eval_tokens/{corpus}/{tokenizer}.log",
     conda:
         "../../envs/lmsat.yaml"
     resources:

@@ -16,9 +16,9 @@ rule count_model_parameters:
     input:
         weights=get_final_checkpoint_weights,
     output:
-        "results/{run}/params/{model}.json",
+        "<results>/params/{model}.json",
     log:
-        "logs/{run}/count_model_parameters/{model}.log",
+        "<logs>/count_model_parameters/{model}.log",
     conda:
         "../../envs/lmsat.yaml"
     resources:
@@ -32,13 +32,13 @@ rule count_model_parameters:
 
 rule fit_scaling_law:
     input:
-        selection="results/{run}/tables/best_final.csv",
+        selection="<results>/tables/best_final.csv",
         counts=parameter_counts(),
     output:
-        fit="results/{run}/tables/scaling_fit.csv",
-        shortfall="results/{run}/tables/scaling_shortfall.csv",
+        fit="<results>/tables/scaling_fit.csv",
+        shortfall="<results>/tables/scaling_shortfall.csv",
     log:
-        "logs/{run}/fit_scaling_law.log",
+        "<logs>/fit_scaling_law.log",
     conda:
         "../../envs/lmsat.yaml"
     params:

@@ -27,9 +27,9 @@ rule stage_all:
 
 rule stage_tokenizer:
     output:
-        directory("results/{run}/staged/tokenizers/{tokenizer}"),
+        directory("<results>/staged/tokenizers/{tokenizer}"),
     log:
-        "logs/{run}/stage_tokenizer/{tokenizer}.log",
+        "<logs>/stage_tokenizer/{tokenizer}.log",
     wildcard_constraints:
         tokenizer=_alternatives(HUB_TOKENIZERS) or "(?!)",
     retries: FETCH["retries"]
@@ -48,9 +48,9 @@ rule stage_corpus:
     input:
         tokenizers=get_consumer_tokenizers,
     output:
-        "results/{run}/staged/corpora/{corpus}.jsonl",
+        "<results>/staged/corpora/{corpus}.jsonl",
     log:
-        "logs/{run}/stage_corpus/{corpus}.log",
+        "<logs>/stage_corpus/{corpus}.log",
     wildcard_constraints:
         corpus=_alternatives(HUB_CORPORA) or "(?!)",
     retries: FETCH["retries"]
@@ -72,16 +72,16 @@ rule stage_corpus:
 
 rule stage_lmeval_task:
     output:
-        "results/{run}/staged/lmeval/{task}.json",
+        manifest="<results>/staged/lmeval/{task}.json",
+        # the task's own datasets cache (HF_DATASETS_CACHE), read by its evaluate_checkpoint jobs
+        datasets=directory("<results>/staged/datasets/{task}"),
     log:
-        "logs/{run}/stage_lmeval_task/{task}.log",
+        "<logs>/stage_lmeval_task/{task}.log",
     retries: FETCH["retries"]
     conda:
         "../../envs/lmsat.yaml"
     resources:
         mem_mb=4000,
         runtime=lambda wildcards, attempt: 30 * attempt,
-    params:
-        datasets_cache=STAGED_DATASETS,
     script:
         "../scripts/stage_lmeval_task.py"

@@ -25,7 +25,6 @@ HUB_TOKENIZERS = [
     n for n, s in CONFIG["tokenizers"].items() if needs_staging_tokenizer(s)
 ]
 HUB_CORPORA = [n for n, s in CONFIG["corpora"].items() if needs_staging_corpus(s)]
-STAGED_DATASETS = f"results/{RUN}/staged/datasets"  # lm-eval's datasets cache
 
 
 def corpus_consumers(corpus):

@@ -8,12 +8,14 @@ include: "toy_inputs.smk"
 
 rule build_synthetic_language:
     output:
-        language="results/{run}/toy/language.h5",
-        train="results/{run}/corpora/synthetic/train.txt",
-        eval="results/{run}/corpora/synthetic/eval.txt",
-        tokenizer="results/{run}/toy/tokenizer/tokenizer.json",
+        language="<results>/toy/language.h5",
+        train="<results>/corpora/synthetic/train.txt",
+        eval="<results>/corpora/synthetic/eval.txt",
+        train_stats="<results>/corpora/synthetic/train.json",
+        eval_stats="<results>/corpora/synthetic/eval.json",
+        tokenizer=directory("<results>/toy/tokenizer"),
     log:
-        "logs/{run}/build_synthetic_language.log",
+        "<logs>/build_synthetic_language.log",
     conda:
         "../../envs/lmsat.yaml"
     resources:
@@ -31,13 +33,13 @@ rule build_synthetic_language:
 
 rule train_toy_model:
     input:
-        train="results/{run}/corpora/synthetic/train.txt",
+        train="<results>/corpora/synthetic/train.txt",
         tokenizer=TOY_TOKENIZER,
     output:
-        manifest="results/{run}/toy/models/{model}.json",
-        repository=directory("results/{run}/toy/hub/models--lmsat-toy--{model}"),
+        manifest="<results>/toy/models/{model}.json",
+        repository=directory("<results>/toy/hub/models--lmsat-toy--{model}"),
     log:
-        "logs/{run}/train_toy_model/{model}.log",
+        "<logs>/train_toy_model/{model}.log",
     conda:
         "../../envs/lmsat.yaml"
     threads: CONFIG["threads"]

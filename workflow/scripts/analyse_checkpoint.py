@@ -25,6 +25,7 @@ import torch
 from lmsat.checkpoints.loading import check_sequence_length, check_token_ids, job_device, load_causal_lm
 from lmsat.core.integrity import verify_hdf5
 from lmsat.core.io import setup_logging
+from lmsat.core.job_inputs import model_at, tokenizer_at
 from lmsat.core.plan import ModelEntry
 from lmsat.data.corpus import read_sample
 from lmsat.data.hidden_states import ExtractionSettings, extract_to_cache, open_cache
@@ -33,7 +34,7 @@ from lmsat.products.metrics import METRICS, WeightsJob, finish_weights
 log = logging.getLogger(__name__)
 
 
-def analyse_weights(lm, entry: ModelEntry, revision: str, params, pool=None) -> dict:
+def analyse_weights(lm, entry: ModelEntry, revision: str, params, pool=None, inputs=None) -> dict:
     """Every planned weights metric of `lm` (lmsat.products.metrics, reads="weights"), on its device.
 
     -> {metric: result}; with `pool` a result may hold Futures (the head's hashes), which
@@ -42,7 +43,8 @@ def analyse_weights(lm, entry: ModelEntry, revision: str, params, pool=None) -> 
     job = WeightsJob(
         model=f"{entry.name}@{revision}",
         tokenizer=entry.tokenizer,
-        tokenizer_spec=params.tokenizer,
+        # its planned paths read as the job's `inputs` (lmsat.core.job_inputs)
+        tokenizer_spec=params.tokenizer if inputs is None else tokenizer_at(params.tokenizer, inputs),
         drop_padding_rows=params.drop_padding_rows,
         pool=pool,
     )
@@ -77,12 +79,12 @@ def main(snakemake) -> dict:
     seconds, start = {}, _now(device)
     # The checkpoint's own dtype ("auto"): the weight analyses see the stored values; the
     # one cast below, on the device, equals loading in the forward dtype.
-    lm = load_causal_lm(entry, revision, dtype="auto", device=device)
+    lm = load_causal_lm(model_at(entry, revision, snakemake.input), revision, dtype="auto", device=device)
     check_sequence_length(lm, entry, revision, tokens.shape[1])  # before any work on it
     check_token_ids(lm, entry, revision, tokens, f"the eval sample {snakemake.input.sample}")
     seconds["load"], start = _now(device) - start, _now(device)
     with ThreadPoolExecutor(max_workers=2) as pool:  # the two weight hashes, beside the forward
-        analysed = analyse_weights(lm, entry, revision, params, pool)
+        analysed = analyse_weights(lm, entry, revision, params, pool, inputs=snakemake.input)
         seconds["weights"], start = _now(device) - start, _now(device)
         lm = lm.to(dtype=getattr(torch, settings.dtype))
         seconds["cast"], start = _now(device) - start, _now(device)

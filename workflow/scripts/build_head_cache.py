@@ -24,6 +24,7 @@ from lmsat.bottleneck.representation_cache import (
 )
 from lmsat.checkpoints.loading import check_sequence_length, check_token_ids, job_device, load_causal_lm, load_tokenizer
 from lmsat.core.io import library_versions, setup_logging, write_json
+from lmsat.core.job_inputs import corpus_at, model_at, tokenizer_at
 from lmsat.core.plan import ModelEntry
 from lmsat.data.corpus import CorpusError, build_token_pool, iter_documents, read_sample
 
@@ -34,7 +35,7 @@ def as_list(paths):
     return [paths] if isinstance(paths, str) else list(paths)
 
 
-def draw_sets(params, tokenizer, sample_path):
+def draw_sets(params, tokenizer, sample_path, inputs):
     """The train and eval windows, from the pools of their corpora, away from the eval sample."""
     seq_len, corpora = params.seq_len, params.corpora
     sizes = {"train": params.train_tokens, "eval": params.eval_tokens}
@@ -49,7 +50,7 @@ def draw_sets(params, tokenizer, sample_path):
                 starts = f["starts"][...]
             sample = (tokens, starts)
             n_pool += tokens.size  # its windows are excluded, so read that much more
-        spec = params.corpus_specs[corpus]
+        spec = corpus_at(params.corpus_specs[corpus], inputs)  # its files as this job's inputs
         pool = build_token_pool(iter_documents(spec, corpus), tokenizer, n_pool, spec["max_documents"], corpus=corpus)
         if pool.max() >= len(tokenizer):
             raise CorpusError(f"tokenizer produced id {pool.max()} >= its size {len(tokenizer)}")
@@ -68,10 +69,11 @@ def main(snakemake):
     torch.set_num_threads(snakemake.threads)
     entry = ModelEntry(**params.model)
     revision = entry.final_revision
-    tokenizer = load_tokenizer(params.tokenizer, entry.tokenizer)
-    sets = draw_sets(params, tokenizer, snakemake.input.sample)
+    # the specs' planned paths read as this job's inputs (lmsat.core.job_inputs)
+    tokenizer = load_tokenizer(tokenizer_at(params.tokenizer, snakemake.input), entry.tokenizer)
+    sets = draw_sets(params, tokenizer, snakemake.input.sample, snakemake.input)
     device = job_device(snakemake)
-    lm = load_causal_lm(entry, revision, dtype=params.dtype, device=device)
+    lm = load_causal_lm(model_at(entry, revision, snakemake.input), revision, dtype=params.dtype, device=device)
     check_sequence_length(lm, entry, revision, params.seq_len)  # windows of sample.seq_len tokens
     last_id = np.array([len(tokenizer) - 1])  # the pools hold ids below len(tokenizer) (draw_sets)
     check_token_ids(lm, entry, revision, last_id, f"tokenizer {entry.tokenizer} ({len(tokenizer)} entries)")

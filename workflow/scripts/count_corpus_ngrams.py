@@ -17,6 +17,7 @@ from lmsat.bottleneck.corpus_werror import MAX_TRUTH_ORDER, corpus_spectrum, tru
 from lmsat.checkpoints.loading import job_device, load_tokenizer
 from lmsat.core.integrity import hdf5_checksums
 from lmsat.core.io import atomic_path, library_versions, setup_logging
+from lmsat.core.job_inputs import corpus_at, tokenizer_at
 from lmsat.data.corpus import iter_documents
 
 log = logging.getLogger(__name__)
@@ -25,11 +26,12 @@ log = logging.getLogger(__name__)
 def main(snakemake):
     setup_logging(snakemake.log[0])
     params, wildcards = snakemake.params, snakemake.wildcards
-    tokenizer = load_tokenizer(params.tokenizer, wildcards.tokenizer)
+    # the specs' planned paths read as this job's inputs (lmsat.core.job_inputs)
+    tokenizer = load_tokenizer(tokenizer_at(params.tokenizer, snakemake.input), wildcards.tokenizer)
     # torch's eigensolver on either device: on CPU (MKL) 1.8x faster than scipy's at V = 8k,
     # for a second copy of the Gram block (benchmarks/werror.py)
     device = job_device(snakemake)
-    documents = iter_documents(params.corpus, wildcards.corpus)
+    documents = iter_documents(corpus_at(params.corpus, snakemake.input), wildcards.corpus)
     spectrum = corpus_spectrum(documents, tokenizer, params.order, params.max_tokens, device=device)
     log.info("%s / %s: %d tokens, %d contexts, %d distinct %d-grams, V=%d", wildcards.corpus, wildcards.tokenizer,
              spectrum["n_tokens"], spectrum["n_contexts"], spectrum["n_ngrams"], params.order, spectrum["vocab_size"])

@@ -21,9 +21,11 @@ log = logging.getLogger(__name__)
 
 def main(snakemake):
     setup_logging(snakemake.log[0])
+    from lmsat.core.job_inputs import model_at
     from lmsat.core.plan import ModelEntry
 
-    model = ModelEntry(**snakemake.params.model)
+    planned = ModelEntry(**snakemake.params.model)
+    model = model_at(planned, planned.final_revision, snakemake.input)  # its config.json as this job's input
     os.environ["HF_HUB_OFFLINE"] = "1"  # on disk: never ask the hub
     counts = count_model_parameters(model)
     log.info("%s", counts)

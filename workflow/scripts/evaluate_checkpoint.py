@@ -30,22 +30,26 @@ def main(snakemake):
         return
 
     # Offline (lmsat.runtime.offline): a hub task's datasets come from the cache rule stage_lmeval_task
-    # filled (results/<run>/staged/datasets, beside the manifest's staged/lmeval/): found from
-    # the manifest's own path, not the path it records, so a copied or moved run reads its own.
-    # Read by datasets when imported, so set before any import.
+    # filled for it (results/<run>/staged/datasets/<task>), an input of this job: where it is
+    # now, not the path its manifest records, so a copied or moved run (or a storage run's
+    # local copy) reads its own. Read by datasets when imported, so set before any import.
     if snakemake.input.get("staged"):
         read_json(snakemake.input.staged)  # a manifest that is not JSON fails here, naming it
-        staged_dir = os.path.dirname(os.path.dirname(os.path.abspath(snakemake.input.staged)))
-        os.environ["HF_DATASETS_CACHE"] = os.path.join(staged_dir, "datasets")
+        os.environ["HF_DATASETS_CACHE"] = os.path.abspath(snakemake.input.datasets)
     import torch
 
     from lmsat.checkpoints.loading import job_device
     from lmsat.checkpoints.validation import check_weight_files
+    from lmsat.core.job_inputs import local_copy, model_at
     from lmsat.core.plan import ModelEntry
     from lmsat.saturation.downstream import ManualDownloadRequired, run_lmeval
 
     torch.set_num_threads(snakemake.threads)
-    model = ModelEntry(**params.model)
+    model = model_at(ModelEntry(**params.model), params.revision, snakemake.input)  # its weights as this job's input
+    # the task YAMLs the pipeline wrote: the directory of this job's copies of them
+    include_path = params.include_path and os.path.dirname(
+        local_copy(os.path.join(params.include_path, f"{wildcards.task}.yaml"), snakemake.input)
+    )
     # A hub model reads the copy fetched for this job (a best revision has its own); one
     # staged by hand (its input is the record of rule record_weights) is read where it is.
     fetched = snakemake.input.weights if model.source == "hub" and os.path.isdir(snakemake.input.weights) else None
@@ -60,7 +64,7 @@ def main(snakemake):
             device=job_device(snakemake),
             cache_dir=source.get("cache_dir"),
             local_files_only=source["local_files_only"],
-            include_path=params.include_path,
+            include_path=include_path,
         )
         status, message = "done", ""
     except ManualDownloadRequired as error:

@@ -7,7 +7,8 @@ leaves at 0). Outputs (lmsat.products.saturation_tables.scaling_tables):
                          B, beta, E, the settings, and the mean shortfall of the models
                          below min_params (the paper - ~8% final, ~4% best)
   scaling_shortfall.csv  one row per model x kind (best/final): N, T, measured and
-                         predicted loss, shortfall in % (> 0 = worse than the law)
+                         predicted loss, shortfall in % (> 0 = worse than the law),
+                         and best_final.csv's implausible_loss
 """
 
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)

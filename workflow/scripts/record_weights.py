@@ -18,7 +18,7 @@ def main(snakemake):
     setup_logging(snakemake.log[0])
     params, wildcards = snakemake.params, snakemake.wildcards
     planned = dict(params.fingerprint)
-    if Path(params.directory).is_dir():  # else removed by hand after use: its record stands
+    if Path(params.directory).exists():  # else removed by hand after use: its record stands
         changed = changed_files(planned, weights_fingerprint(params.directory))
         if changed:
             raise ValueError(

@@ -6,15 +6,17 @@ import lmsat.runtime.warm_start  # noqa: F401 (then: a local run's warm interpre
 
 from lmsat.checkpoints.loading import load_tokenizer
 from lmsat.core.io import setup_logging
+from lmsat.core.job_inputs import corpus_at, tokenizer_at
 from lmsat.data.corpus import build_sample
 
 
 def main(snakemake):
     setup_logging(snakemake.log[0])
     params, wildcards = snakemake.params, snakemake.wildcards
-    tokenizer = load_tokenizer(params.tokenizer, wildcards.tokenizer)
+    # the specs' planned paths read as this job's inputs (lmsat.core.job_inputs)
+    tokenizer = load_tokenizer(tokenizer_at(params.tokenizer, snakemake.input), wildcards.tokenizer)
     build_sample(
-        params.corpus,
+        corpus_at(params.corpus, snakemake.input),
         wildcards.corpus,
         tokenizer,
         wildcards.tokenizer,

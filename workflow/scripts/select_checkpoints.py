@@ -2,7 +2,7 @@
 
 results/tables/best_final.csv (lmsat.products.saturation_tables.select_checkpoints) has one row per model x
 kind (best = loss-minimising revision on the eval sample, final = last revision), with its
-step, tokens and loss. No provenance columns (unlike the final tables): its bytes change
+step, tokens, loss and the loss table's implausible_loss flag. No provenance columns (unlike the final tables): its bytes change
 only when a selection does.
 """
 
@@ -23,7 +23,8 @@ def main(snakemake):
     setup_logging(snakemake.log[0])
     table = select_checkpoints(read_table(snakemake.input[0]))
     for row in table.itertuples():
-        log.info("%s %s: %s (step %d, loss %.4f)", row.model, row.kind, row.revision, row.step, row.loss)
+        log.info("%s %s: %s (step %d, loss %.4f%s)", row.model, row.kind, row.revision, row.step, row.loss,
+                 "; implausible for its step: see loss.csv's implausible_loss" if row.implausible_loss else "")
     write_csv(table, snakemake.output[0])
 
 

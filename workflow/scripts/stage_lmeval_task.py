@@ -8,12 +8,12 @@ import os
 
 def main(snakemake):
     # datasets reads HF_DATASETS_CACHE when imported: set it before anything imports it
-    os.environ["HF_DATASETS_CACHE"] = os.path.abspath(snakemake.params.datasets_cache)
+    os.environ["HF_DATASETS_CACHE"] = os.path.abspath(snakemake.output.datasets)
     from lmsat.core.io import setup_logging
     from lmsat.planning.staging import stage_lmeval_task
 
     setup_logging(snakemake.log[0])
-    stage_lmeval_task(snakemake.wildcards.task, snakemake.params.datasets_cache, snakemake.output[0])
+    stage_lmeval_task(snakemake.wildcards.task, snakemake.output.datasets, snakemake.output.manifest)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,9 @@ def main(snakemake):
     for row in products["published_verdicts"].to_dict("records"):
         log.info("verdict %s", verdict_line(row))
     log.info("%s", verdict_summary(products["published_verdicts"]))
-    here = os.path.dirname(snakemake.output.html)
+    # links between the planned paths (results/<run>/report/ to results/<run>/figures/): in a
+    # storage run the page is written to a local copy elsewhere and read in the bucket
+    here = f"results/{snakemake.params.run}/report"
     figures = [(title, path, os.path.relpath(path, here)) for title, path in snakemake.params.figures]
     with atomic_path(snakemake.output.html) as tmp:
         Path(tmp).write_text(summary_page(products, source(), figures), encoding="utf-8")

@@ -1,6 +1,6 @@
-"""Rule summarize_run: the report's summary page (results/report/summary.html), the paper
-comparison table (results/tables/paper_comparison.csv) and EleutherAI's published evaluations
-of the run's Pythia checkpoints beside its own lm-eval results (results/tables/published_evals.csv)."""
+"""Rule summarize_run: the report's summary page (results/<run>/report/summary.html), the paper
+comparison table (results/<run>/tables/paper_comparison.csv) and EleutherAI's published evaluations
+of the run's Pythia checkpoints beside its own lm-eval results (results/<run>/tables/published_evals.csv)."""
 
 import _lmsat_src  # noqa: F401 (first: this workflow's src/ on sys.path)
 import lmsat.runtime.offline  # noqa: F401 (first: compute jobs never reach the network)
@@ -15,6 +15,7 @@ import pandas as pd
 from lmsat.core.io import atomic_path, read_record, setup_logging
 from lmsat.data.published_evals import compare, published_evals
 from lmsat.data.published_evals import source as published_source
+from lmsat.products.event_tables import event_order_facts
 from lmsat.products.report import comparison_text, dynamics_rows, gradient_fact, key_numbers, paper_comparison, paper_values, summary_page
 from lmsat.products.table_files import read_table, write_csv
 
@@ -49,6 +50,7 @@ def run_checkpoints(loss: pd.DataFrame) -> pd.DataFrame:
 def main(snakemake):
     setup_logging(snakemake.log[0])
     inputs, params = snakemake.input, snakemake.params
+    tables = os.path.dirname(snakemake.output.comparison)  # results/<run>/tables, as the page names it
     loss = read_table(inputs.loss)
     fit = read_table(inputs.fit).iloc[0] if "fit" in inputs.keys() else None  # scaling.enabled: false
     shortfall = read_table(inputs.shortfall) if "shortfall" in inputs.keys() else None
@@ -66,7 +68,9 @@ def main(snakemake):
         f"Models, smallest first: {models}.",
         f"{len(loss)} checkpoints scored on {params.eval_tokens:,} tokens of corpus {params.corpus}.",
         scaling_fact(fit),
-        *([gradient_fact(read_table(inputs.gradient))] if "gradient" in inputs.keys() else []),
+        *([gradient_fact(read_table(inputs.gradient), tables)] if "gradient" in inputs.keys() else []),
+        *(event_order_facts(read_table(inputs.event_order), read_table(inputs.event_prediction)
+                            if "event_prediction" in inputs.keys() else None) if "event_order" in inputs.keys() else []),
         f"Config sha256 {params.config_sha256[:12]}.",
     ]
     records = [read_record(path, "model", "checkpoint", "task") for path in inputs.get("evaluations", [])]
@@ -78,13 +82,15 @@ def main(snakemake):
             log.warning("%s: %s; %s", row["model"], row["verdict"], row["notes"])
     log.info("%d published evaluations of the run's Pythia checkpoints, %d beside a result of the run",
              len(published), published["measured"].notna().sum())
-    here = os.path.dirname(snakemake.output.html)
+    # links between the planned paths (results/<run>/report/ to results/<run>/figures/): in a
+    # storage run the page is written to a local copy elsewhere and read in the bucket
+    here = f"results/{params.run}/report"
     figures = [(title, path, os.path.relpath(path, here)) for title, path in params.figures]
     with atomic_path(snakemake.output.html) as tmp:
         Path(tmp).write_text(
             summary_page("lmsat: run summary", facts, numbers, comparison, paper["source"], figures=figures,
                          published=published, published_source=published_source(),
-                         shots=params.num_fewshot, verdicts=verdicts, dynamics=dynamics),
+                         shots=params.num_fewshot, verdicts=verdicts, dynamics=dynamics, tables=tables),
             encoding="utf-8",
         )
     write_csv(comparison, snakemake.output.comparison, params.config_sha256)

@@ -18,7 +18,11 @@ def main(snakemake):
     table = METRICS[params.metric].tables[name]
     files = list(snakemake.input.files)
     needed = {need: read_table(snakemake.input[need]) for need in table.needs}
-    frame = mark_on_disk(table.build(files, needed, params.models, **params.options), params.gone)
+    options = dict(params.options)
+    if table.files_of:  # the other planned metrics' files it reads (input files_of_<metric>)
+        present = set(snakemake.input.keys())
+        options["files_of"] = {m: list(snakemake.input[f"files_of_{m}"]) for m in table.files_of if f"files_of_{m}" in present}
+    frame = mark_on_disk(table.build(files, needed, params.models, **options), params.gone)
     write_csv(frame, snakemake.output[0], params.config_sha256, files if table.row_provenance else ())
 
 

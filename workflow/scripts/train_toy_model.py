@@ -12,6 +12,7 @@ from transformers import AutoTokenizer
 from lmsat.checkpoints import local_hub
 from lmsat.core.fingerprint import weights_fingerprint
 from lmsat.core.io import setup_logging, write_json
+from lmsat.core.job_inputs import UndeclaredInput, local_copy
 from lmsat.core.plan import ModelEntry
 from lmsat.toy import suite as toy
 
@@ -22,7 +23,7 @@ def main(snakemake):
     torch.set_num_threads(snakemake.threads)
     model = ModelEntry(**params.model)
     cfg = params.toy
-    tokenizer = AutoTokenizer.from_pretrained(snakemake.input.tokenizer.rsplit("/", 1)[0])
+    tokenizer = AutoTokenizer.from_pretrained(snakemake.input.tokenizer)  # the toy tokenizer's directory
     train_tokens = toy.tokenize_corpus(tokenizer, snakemake.input.train)
     model_spec = toy.ToyModelSpec(
         hidden_size=model.hidden_size, num_layers=cfg["num_layers"], seq_len=cfg["seq_len"], vocab_size=len(tokenizer)
@@ -32,9 +33,13 @@ def main(snakemake):
     )
     steps = dict(zip(model.steps, model.revisions))
     # the declared output is the model's repository inside the hub cache that readers load from
+    # (where Snakemake wants it: itself, or its local copy in a storage run, lmsat.core.job_inputs)
     hub_cache = str(Path(snakemake.output.repository).parent)
-    if hub_cache != model.cache_dir(model.final_revision):
-        raise ValueError(f"output {snakemake.output.repository} is not in the toy hub cache {model.cache_dir(model.final_revision)}")
+    planned = str(local_hub.repo_dir(model.cache_dir(model.final_revision), model.id))
+    try:
+        local_copy(planned, [snakemake.output.repository])
+    except UndeclaredInput:
+        raise ValueError(f"output {snakemake.output.repository} is not the toy hub's repository {planned}") from None
 
     def publish(step, lm):
         local_hub.publish_revision(lm, tokenizer, hub_cache, model.id, steps[step])

@@ -42,8 +42,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lmsat.core.checked_hdf5 import read_checked_hdf5, write_checked_hdf5
-from lmsat.core.integrity import check_values
+from lmsat.core.checked_hdf5 import check_bounds, read_checked_hdf5, write_checked_hdf5
+from lmsat.core.integrity import check_values, corrupt, require_keys
 from lmsat.core.io import check_identity, promised_by_path
 
 FORMAT_VERSION = 1
@@ -375,7 +375,51 @@ def read_gradient_file(path, check_path: bool = True) -> dict:
     """A gradient file's arrays and attributes as one dict (checksums verified, values within
     BOUNDS; with check_path, made for the model and revision its path names)."""
     arrays, attrs = read_checked_hdf5(path, ARRAYS, FORMAT_VERSION, GradientFileError)
-    check_values(path, f"{attrs.get('model')}@{attrs.get('revision')}", arrays, bounds=BOUNDS)
+    where = f"{attrs.get('model')}@{attrs.get('revision')}"
+    check_values(path, where, arrays, bounds=BOUNDS)
+    _check_consistent(path, where, arrays, attrs)
     if check_path:
         check_identity(path, attrs, promised_by_path(path, "model", "revision"))
     return {**attrs, **arrays}
+
+
+def _check_consistent(path, where: str, arrays: dict, attrs: dict) -> None:
+    """What the truth bounds beyond each array's own range (IntegrityError naming the file,
+    the dataset, the value and the rule that makes it again): the shapes; a share is at most
+    1, so per sequence energy_sum <= norm_sum <= count and kept <= total energy (float32
+    sums: a relative 1e-4 of slack); the classes split the targets (frequent + rare = all),
+    which number seq_len - 1 per sequence, zero gradients left out, and at least one (no
+    mean of nothing); the quantiles ascend; the head's rank is at most min(V, d)."""
+    require_keys(path, where, attrs, ATTRS)
+    count = arrays["count"]
+    n_seq = count.shape[0] if count.ndim == 2 else -1
+    shapes = {"energy_sum": (n_seq, len(CLASSES)), "norm_sum": (n_seq, len(CLASSES)), "count": (n_seq, len(CLASSES)),
+              "kept_energy_sum": (n_seq,), "total_energy_sum": (n_seq,), "energy_quantiles": (len(QUANTILES),),
+              "norm_quantiles": (len(QUANTILES),)}
+    for key, shape in shapes.items():
+        if arrays[key].shape != shape:
+            raise corrupt(path, f"{where}: dataset `{key}` has shape {arrays[key].shape}, not {shape}")
+    rows, width = attrs["rows"], attrs["hidden_size"]
+    for key, low, high, why in (
+        ("rows", 1, math.inf, "the head's rows, V"), ("hidden_size", 1, math.inf, "the head's width, d"),
+        ("rank", 0, min(rows, width), "the head's rank is at most min(V, d)"),
+        ("seq_len", 2, math.inf, "a sequence predicts seq_len - 1 tokens"),
+        ("frequent_types", 0, rows, "token ids of the head"), ("frequent_share", 0, 1, "a share"),
+        ("zero_gradients", 0, n_seq * (attrs["seq_len"] - 1), "targets of the sample"),
+    ):
+        check_bounds(path, where, key, attrs[key], low, high, why, kind="attribute")
+    per_seq = attrs["seq_len"] - 1
+    check_bounds(path, where, "count", count[:, 0], 0, per_seq, f"targets of a sequence of {attrs['seq_len']} tokens")
+    check_bounds(path, where, "count", count[:, 1] + count[:, 2], count[:, 0], count[:, 0],
+                 "the frequent and rare targets of a sequence are all its targets", tolerance=0)
+    if count[:, 0].sum() + attrs["zero_gradients"] != n_seq * per_seq:
+        raise corrupt(path, f"{where}: dataset `count` holds {int(count[:, 0].sum())} targets and {attrs['zero_gradients']} "
+                            f"zero gradients, not the sample's {n_seq} x {per_seq}")
+    check_bounds(path, where, "count", count[:, 0].sum(), 1, math.inf, "targets measured: a mean of none is NaN")
+    check_bounds(path, where, "energy_sum", arrays["energy_sum"], 0, arrays["norm_sum"],
+                 "per token the energy share is at most the norm share, its square root")
+    check_bounds(path, where, "norm_sum", arrays["norm_sum"], 0, count, "per token a share is at most 1")
+    check_bounds(path, where, "kept_energy_sum", arrays["kept_energy_sum"], 0, arrays["total_energy_sum"],
+                 "the kept energy is part of the total", tolerance=1e-4)
+    for key in ("energy_quantiles", "norm_quantiles"):
+        check_bounds(path, where, key, np.diff(arrays[key]), 0, math.inf, "quantiles ascend")

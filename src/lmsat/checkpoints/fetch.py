@@ -245,6 +245,17 @@ def estimated_parameters(model: ModelEntry) -> int:
     return int(blocks + 2 * vocab * d)
 
 
+# bytes a parameter takes in each dtype a checkpoint may be stored in (config fetch.stored_dtype)
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+
+
+def stored_bytes_per_param(model: ModelEntry, fetch: dict) -> float:
+    """Bytes a parameter of `model`'s stored checkpoints takes: its suite's dtype in the
+    config's `fetch.stored_dtype`, else `fetch.bytes_per_param`."""
+    dtype = fetch.get("stored_dtype", {}).get(model.suite)
+    return DTYPE_BYTES[dtype] if dtype else fetch["bytes_per_param"]
+
+
 def checkpoint_disk_mb(model: ModelEntry, bytes_per_param: float) -> int:
     """Disk (MB) one fetched checkpoint of `model` takes: weights, plus 10% and 50 MB for the
     tokenizer, config and the hub's partial-download files."""

@@ -8,6 +8,10 @@ Two suites publish checkpoints that `AutoModelForCausalLM` cannot load as they a
                                                                      weights: DataDecide)
     pico_decoder   pico-train's PicoDecoderHF (custom code: Pico)    LlamaForCausalLM, q/k rows permuted per head
 
+Other trainers' saved steps (OLMo-core, torchtitan, Megatron, nanoGPT, nanochat, litgpt,
+Lightning: lmsat.checkpoints.trainer_layouts, docs/trainers.md) are converted the same way,
+their architecture read from the run's own file instead of a config.json.
+
 `from_pretrained(target, **kwargs)` is `AutoModelForCausalLM.from_pretrained(target, **kwargs)`
 for every checkpoint: a native one goes straight there; a converted one has its config.json
 checked field by field (`check_config`: every field that changes the maths is mapped or
@@ -50,6 +54,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lmsat.checkpoints.native_models import tensor_mismatches
 from lmsat.errors import ModelLoadError
 
 log = logging.getLogger(__name__)
@@ -398,7 +403,12 @@ def _locate(target, kwargs: dict) -> tuple[Path, dict] | None:
 
 
 def read_config(target, **kwargs) -> dict | None:
-    """config.json of `target` (resolved as from_pretrained resolves it) as a dict; None if unreadable."""
+    """config.json of `target` (resolved as from_pretrained resolves it) as a dict; None if unreadable.
+    Another trainer's saved step: the config of the transformers model it loads as."""
+    from lmsat.checkpoints import trainer_layouts
+
+    if trainer_layouts.layout_of(target):
+        return trainer_layouts.saved_step_config(target)
     located = _locate(target, kwargs)
     return None if located is None else located[1]
 
@@ -408,6 +418,10 @@ def load_config(target, **kwargs):
     converted format (what the loaded model's `config` will be)."""
     from transformers import AutoConfig
 
+    from lmsat.checkpoints import trainer_layouts
+
+    if trainer_layouts.layout_of(target):
+        return trainer_layouts.plan_saved_step(target).native
     config = read_config(target, **kwargs)
     conversion = plan_conversion(config, str(target)) if config else None
     return conversion.native if conversion else AutoConfig.from_pretrained(target, **kwargs)
@@ -438,20 +452,14 @@ def _stored_tensors(directory: Path, where: str, fix: str) -> tuple[dict, list[s
 def _check_stored(conversion: Conversion, tensors: dict, files: list[str], where: str, fix: str) -> None:
     """ModelLoadError unless the files hold exactly the tensors, of the shapes, that the
     checkpoint's config.json implies (a converted format gets no load report of its own names)."""
-    missing = sorted(set(conversion.stored) - set(tensors))
-    extra = sorted(set(tensors) - set(conversion.stored))
-    wrong = sorted(f"{k} (stored {tuple(tensors[k].shape)}, config {conversion.stored[k]})"
-                   for k in conversion.stored if k in tensors and tuple(tensors[k].shape) != conversion.stored[k])
-    problems = [f"{len(keys)} tensor(s) {what}: {', '.join(keys[:8])}{' and more' if len(keys) > 8 else ''}"
-                for what, keys in (("missing from the files", missing),
-                                   ("in the files but not in the model its config.json describes", extra),
-                                   ("of another shape than config.json implies", wrong)) if keys]
+    shapes = {k: tensor.shape for k, tensor in tensors.items()}
+    problems = tensor_mismatches(conversion.stored, shapes, "its config.json", "config")
     if problems:
         raise ModelLoadError(f"{where}: {', '.join(files)} does not match its config.json ({conversion.fmt}): "
                              f"{'; '.join(problems)}. Fix: {fix}")
 
 
-def from_pretrained(target, *, where: str = "", fix: str = "", **kwargs):
+def from_pretrained(target, *, where: str = "", fix: str = "", trainer_options: dict | None = None, **kwargs):
     """`AutoModelForCausalLM.from_pretrained(target, **kwargs)`, converting a checkpoint of a
     format transformers has no class for (CONVERTED) into the class of the same maths.
 
@@ -459,17 +467,32 @@ def from_pretrained(target, *, where: str = "", fix: str = "", **kwargs):
     LlamaForCausalLM") and "stored_names" ({native tensor name: its name in the files}) for a
     converted checkpoint. `where` names the checkpoint in errors, `fix` says how to replace
     broken files. Refusals are ModelLoadErrors (UnsupportedCheckpoint for a config.json field
-    lmsat does not convert)."""
+    lmsat does not convert).
+
+    Another trainer's saved step (lmsat.checkpoints.trainer_layouts: OLMo-core, torchtitan,
+    Megatron, nanoGPT, nanochat, litgpt, Lightning) is read the same way, its architecture
+    from its run's own file (`trainer_options`: config=, prefix=, when the run did not record
+    it), checked against its files' index before any weight is read; its load report also
+    gains "stored_index" ({stored name: (dtype, shape)}), what check_weight_files gives for
+    safetensors."""
     import transformers
 
-    located = _locate(target, kwargs)
-    if located is None or not isinstance(located[1], dict) or located[1].get("model_type") not in CONVERSIONS:
-        return transformers.AutoModelForCausalLM.from_pretrained(target, **kwargs)
-    directory, config = located
+    from lmsat.checkpoints import trainer_layouts
+
     where = where or str(target)
-    conversion = plan_conversion(config, where)
-    tensors, files = _stored_tensors(directory, where, fix or f"replace {directory} with a complete copy")
-    _check_stored(conversion, tensors, files, where, fix or f"replace {directory} with a complete copy")
+    stored_index = None
+    if trainer_layouts.layout_of(target):  # another trainer's saved step (lmsat.checkpoints.trainer_layouts)
+        conversion = trainer_layouts.plan_saved_step(target, **(trainer_options or {}))
+        stored_index = trainer_layouts.check_saved_step(conversion, where, fix)  # before any weight is read
+        tensors, directory = conversion.read(), Path(target)
+    else:
+        located = _locate(target, kwargs)
+        if located is None or not isinstance(located[1], dict) or located[1].get("model_type") not in CONVERSIONS:
+            return transformers.AutoModelForCausalLM.from_pretrained(target, **kwargs)
+        directory, config = located
+        conversion = plan_conversion(config, where)
+        tensors, files = _stored_tensors(directory, where, fix or f"replace {directory} with a complete copy")
+        _check_stored(conversion, tensors, files, where, fix or f"replace {directory} with a complete copy")
     state = conversion.convert(tensors)
     dtype_key = "dtype" if "dtype" in kwargs else "torch_dtype"
     dtype = kwargs.get(dtype_key)
@@ -489,4 +512,5 @@ def from_pretrained(target, *, where: str = "", fix: str = "", **kwargs):
     log.info("%s: %s converted to %s at load (lmsat.checkpoints.formats)", where, conversion.fmt, type(lm).__name__)
     if not want_info:
         return lm
-    return lm, {**info, "converted": conversion.summary, "stored_names": dict(conversion.sources)}
+    info = {**info, "converted": conversion.summary, "stored_names": dict(conversion.sources)}
+    return lm, ({**info, "stored_index": stored_index} if stored_index is not None else info)

@@ -49,7 +49,8 @@ def _load_hint(model: ModelEntry, error: Exception) -> str:
     return ""
 
 
-def load_causal_lm(model: ModelEntry, revision: str, *, dtype: str = "float32", device: str = "cpu"):
+def load_causal_lm(model: ModelEntry, revision: str, *, dtype: str = "float32", device: str = "cpu",
+                   trainer_options: dict | None = None, report: dict | None = None):
     """The checkpoint `revision` of `model`, in eval mode on `device`.
 
     dtype "auto" keeps the checkpoint's own dtype (its config's `dtype`: float16 for
@@ -59,6 +60,12 @@ def load_causal_lm(model: ModelEntry, revision: str, *, dtype: str = "float32", 
     A checkpoint of a format transformers has no class for (hf_olmo: OLMo 1, DataDecide;
     pico_decoder: Pico) is converted at load time to the transformers class of the same maths
     (lmsat.checkpoints.formats), or refused, naming the config.json fields it does not convert.
+
+    Another trainer's saved step (OLMo-core, torchtitan, Megatron, nanoGPT, nanochat, litgpt,
+    Lightning: lmsat.checkpoints.trainer_layouts) is converted the same way, its architecture
+    read from its run's own file (`trainer_options`: config=, prefix= when the run did not
+    record it), its files checked (index, shard lengths) before a weight is read. `report`: a
+    dict to receive transformers' load report (lmsat.checkpoints.formats.from_pretrained's).
 
     Loaded only if its tensors match its config.json exactly (lmsat.checkpoints.validation: readable
     safetensors files, every shard of the index present, one floating dtype, then no
@@ -94,13 +101,17 @@ def load_causal_lm(model: ModelEntry, revision: str, *, dtype: str = "float32", 
     try:
         with transformers_log_to_job_log():  # a format transformers has no class for is converted (lmsat.checkpoints.formats)
             lm, loading_info = formats.from_pretrained(
-                target, where=f"model {model.name} ({model.id}) at revision {revision}", fix=refetch_fix(model, revision), **kwargs
+                target, where=f"model {model.name} ({model.id}) at revision {revision}", fix=refetch_fix(model, revision),
+                trainer_options=trainer_options, **kwargs
             )
     except (OSError, ValueError, EnvironmentError) as error:
         raise ModelLoadError(
             f"cannot load model {model.name} ({model.id}) at revision {revision}{_load_hint(model, error)}: {error}"
         ) from error
+    if report is not None:  # the caller's copy of the load report
+        report.update(loading_info)
     check_load_report(loading_info, model, revision)
+    stored = loading_info.get("stored_index", stored)  # another trainer's saved step: its files' index
     check_stored_dtypes(lm, stored, model, revision)
     check_weight_values(lm, stored, model, revision, names=loading_info.get("stored_names"))
     text_config = lm.config.get_text_config()
@@ -127,6 +138,47 @@ def load_causal_lm(model: ModelEntry, revision: str, *, dtype: str = "float32", 
                 f"but config key '{model.key}.tied_head' says {model.tied_head}; fix the config"
             )
     return lm.to(device).eval()
+
+
+def load_saved_step(path, *, config: dict | None = None, prefix: str | None = None, dtype: str = "float32",
+                    device: str = "cpu", output_loading_info: bool = False):
+    """One saved training step as the transformers model of the same maths, in eval mode on
+    `device`: a folder or file of OLMo-core, torchtitan, Megatron (torch_dist), nanoGPT,
+    nanochat, litgpt or Lightning (lmsat.checkpoints.trainer_layouts; docs/trainers.md), or a
+    save_pretrained folder. Offline; nothing is written; no pickled code runs.
+
+        lm = load_saved_step("out/step-1000")                        # e.g. a LlamaForCausalLM
+        lm = load_saved_step("ckpts/epoch=0-step=500.ckpt", prefix="model.")
+
+    The checks of the workflow's jobs (load_causal_lm) hold: its architecture is read from the
+    run's own file (`config`: that architecture, in the form its trainer writes, when the run
+    did not record it), its files must hold exactly the tensors it implies, whole (a truncated
+    or zero-filled shard is refused by name), finite, no weight matrix constant. `dtype`:
+    "float32" (default), "bfloat16", "float16" or "auto" (as stored). With
+    output_loading_info, (model, load report) (the report's "converted" says "<trainer> as
+    <class>")."""
+    from pathlib import Path
+
+    from lmsat.checkpoints import formats, trainer_layouts
+
+    path = Path(path)
+    options = {k: v for k, v in (("config", config), ("prefix", prefix)) if v is not None}
+    if not path.exists():
+        raise ModelLoadError(f"{path}: no such file or folder. Fix: give a saved step (docs/trainers.md) or a "
+                             "save_pretrained folder")
+    if trainer_layouts.is_save_pretrained(path):
+        native, steps = formats.load_config(str(path), local_files_only=True), (0,)
+    else:  # another trainer's saved step, or a refusal naming the layouts lmsat reads
+        step = trainer_layouts.plan_saved_step(path, **options)
+        native, steps = step.native, (step.step or 0,)
+    text = native.get_text_config()
+    entry = ModelEntry(name=path.stem or "checkpoint", suite="own", source="local", id=str(path.parent),
+                       hidden_size=text.hidden_size, vocab_size=0, n_params=0, tokenizer="", tokens_per_step=0,
+                       revisions=(path.name,), steps=steps, allow_pickle=False, trust_remote_code=False, key=str(path),
+                       num_layers=text.num_hidden_layers)
+    captured: dict = {}
+    lm = load_causal_lm(entry, path.name, dtype=dtype, device=device, trainer_options=options, report=captured)
+    return (lm, captured) if output_loading_info else lm
 
 
 # hf_olmo's is max_sequence_length, Pico's max_seq_len (lmsat.checkpoints.formats converts both)

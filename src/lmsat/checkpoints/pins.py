@@ -96,6 +96,7 @@ def read_pins(path: Path, repo_id: str, key: str) -> list[Pin]:
         raise ConfigError(key, f"pins file {path} has columns {reader.fieldnames}, not {list(COLUMNS)}",
                           "restore its header line, or " + how_to_pin())
     pins: dict[int, Pin] = {}
+    lines: dict[str, int] = {}  # commit -> the line pinning it
     for index, row in enumerate(reader, start=1):
         where = f"pins file {path}, line {numbered[index][0]}"
         if row["repo"] != repo_id:
@@ -109,7 +110,13 @@ def read_pins(path: Path, repo_id: str, key: str) -> list[Pin]:
         step = int(row["step"])
         if step in pins:
             raise ConfigError(key, f"{where}: step {step} is pinned twice", "keep one commit per step")
+        if row["commit"] in lines:  # a pasted row, half edited: one checkpoint tabulated at two steps
+            other = next(p.step for p in pins.values() if p.commit == row["commit"])
+            raise ConfigError(key, f"{where}: commit {row['commit']} is pinned for step {step} and, on line "
+                              f"{lines[row['commit']]}, for step {other}; one commit holds one step's weights",
+                              "give each step the commit that holds it, or " + how_to_pin())
         pins[step] = Pin(step, row["commit"], row["source"] or "")
+        lines[row["commit"]] = numbered[index][0]
     if not pins:
         raise ConfigError(key, f"pins file {path} pins no commit", how_to_pin())
     return [pins[step] for step in sorted(pins)]

@@ -3,9 +3,14 @@ tokenizer saved beside them, and the tokens per step the run records in plain te
 
 Trainers write one sub-directory per checkpoint (transformers' Trainer `checkpoint-500/`,
 Accelerate `checkpoint_5/`, `step500/`, `step-500/`, Megatron-style `iter_0000500/`), each a
-`save_pretrained` directory (config.json + safetensors). Nothing here unpickles anything
-(training_args.bin is never read), and only `tokens_per_step` imports torch (for the
-flos fallback of `lmsat init`): planning uses the rest.
+`save_pretrained` directory (config.json + safetensors), or their own layouts, one folder or
+file per saved step (OLMo-core `step500/`, torchtitan `step-500/`, Megatron `iter_0000500/`,
+litgpt `step-00000500/`, nanochat `model_000500.pt`, nanoGPT `ckpt_0000500.pt`, Lightning
+`epoch=0-step=500.ckpt`: lmsat.checkpoints.trainer_layouts), whose architecture is the
+config of the transformers model it loads as. A file's revision is its name made a path
+component (lmsat.core.names.revision_name). Nothing here unpickles anything but through
+trainer_layouts' safe readers (training_args.bin is never read), and only `tokens_per_step`
+and pickled trainer layouts import torch: planning uses the rest.
 
     found = discover(Path("out"), "checkpoint-*", DEFAULT_STEP_REGEX)  # [(name, step)], by step
     architecture(json.loads((Path("out") / found[-1][0] / "config.json").read_text()))
@@ -20,8 +25,12 @@ from pathlib import Path
 
 # The training step of a checkpoint directory's name, for the common trainers' names.
 DEFAULT_STEP_REGEX = r"(?:checkpoint|step|iter)[-_]?(\d+)"
-# Directory globs of the common trainers, tried in this order by `lmsat init`.
-TRAINER_GLOBS = ("checkpoint-*", "checkpoint_*", "step-*", "step_*", "step*", "iter_*", "global_step*")
+# Globs of the common trainers' saved steps (folders, and files: Lightning, nanochat, nanoGPT's
+# per-eval files of docs/trainers.md), tried in this order by `lmsat init`.
+TRAINER_GLOBS = ("checkpoint-*", "checkpoint_*", "step-*", "step_*", "step*", "iter_*", "global_step*", "*step*.ckpt",
+                 "model_*.pt", "ckpt_*.pt")
+# The step regex of a glob whose names DEFAULT_STEP_REGEX does not read.
+GLOB_STEP_REGEX = {"model_*.pt": r"model_(\d+)\.pt$", "ckpt_*.pt": r"ckpt_(\d+)\.pt$"}
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
 
@@ -43,38 +52,72 @@ def suggest_step_regex(name: str) -> str:
     return re.escape(prefix) + r"(\d+)"
 
 
-def is_checkpoint(directory: Path, allow_pickle: bool = False) -> bool:
-    """Whether `directory` is a complete save_pretrained checkpoint (config.json and weights)."""
+def step_regex_for(glob: str) -> str:
+    """The step regex that reads the names `glob` finds (DEFAULT_STEP_REGEX unless GLOB_STEP_REGEX says)."""
+    return GLOB_STEP_REGEX.get(glob, DEFAULT_STEP_REGEX)
+
+
+def layout(path: Path, allow_pickle: bool = False) -> str | None:
+    """What `path` is: "transformers" (a complete save_pretrained folder), another trainer's
+    saved step (lmsat.checkpoints.trainer_layouts: "olmo-core", "nanogpt", ...), or None."""
+    from lmsat.checkpoints.trainer_layouts import layout_of
+
     names = WEIGHT_FILES + (("pytorch_model.bin", "pytorch_model.bin.index.json") if allow_pickle else ())
-    return (directory / "config.json").is_file() and any((directory / n).is_file() for n in names)
+    if path.is_dir() and (path / "config.json").is_file() and any((path / n).is_file() for n in names):
+        return "transformers"
+    return layout_of(path)
+
+
+def is_checkpoint(directory: Path, allow_pickle: bool = False) -> bool:
+    """Whether `directory` is a complete save_pretrained checkpoint (config.json and weights)
+    or another trainer's saved step (a folder or a file)."""
+    return layout(Path(directory), allow_pickle) is not None
 
 
 @dataclass(frozen=True)
 class Discovered:
     """The checkpoints a glob found in a run folder, and what it matched but could not use."""
 
-    revisions: tuple[tuple[str, int], ...]  # (directory name, training step), by step
+    revisions: tuple[tuple[str, int], ...]  # (revision: the folder's or file's name, training step), by step
     incomplete: tuple[str, ...]  # matched directories without config.json or weights (yet)
     unparsed: tuple[str, ...]  # matched checkpoints whose name step_regex does not read
+    layouts: tuple[tuple[str, str], ...] = ()  # (layout, revision) of every checkpoint found
 
 
 def discover(directory: Path, pattern: str, step_regex: str, allow_pickle: bool = False) -> Discovered:
-    """The sub-directories of `directory` whose names match the glob `pattern`, with the step
-    `step_regex` (first group) reads from each name. A matched directory without config.json
-    and weights is a checkpoint still being written (or not one): listed apart, not used."""
+    """The sub-directories (and saved-step files) of `directory` whose names match the glob
+    `pattern`, with the step `step_regex` (first group) reads from each revision name. A
+    matched directory that is no checkpoint (no config.json and weights, no trainer's saved
+    step) is one still being written (or not one): listed apart, not used; a matched file
+    that is no saved step is left out."""
+    from lmsat.core.names import revision_name
+
     regex = re.compile(step_regex)
-    found, incomplete, unparsed = [], [], []
-    for path in sorted(p for p in Path(directory).glob(pattern) if p.is_dir()):
-        if not is_checkpoint(path, allow_pickle):
-            incomplete.append(path.name)
+    found, incomplete, unparsed, layouts = [], [], [], []
+    for path in sorted(Path(directory).glob(pattern)):
+        kind = layout(path, allow_pickle)
+        if kind is None:
+            if path.is_dir():
+                incomplete.append(path.name)
             continue
-        match = regex.search(path.name)
+        name = revision_name(path.name)
+        match = regex.search(name)
         if not match or not (match.group(1) or "").isdigit():
-            unparsed.append(path.name)
+            unparsed.append(name)
             continue
-        found.append((path.name, int(match.group(1))))
+        found.append((name, int(match.group(1))))
+        layouts.append((kind, name))
     found.sort(key=lambda pair: pair[1])
-    return Discovered(tuple(found), tuple(incomplete), tuple(unparsed))
+    return Discovered(tuple(found), tuple(incomplete), tuple(unparsed), tuple(layouts))
+
+
+def mixed_layouts(found: Discovered) -> dict[str, list[str]]:
+    """{layout: revisions} when `found` holds checkpoints of two layouts or more (two
+    trainers' formats in one run folder: which is the run is the user's to say); else {}."""
+    by_layout: dict[str, list[str]] = {}
+    for kind, name in found.layouts:
+        by_layout.setdefault(kind, []).append(name)
+    return by_layout if len(by_layout) > 1 else {}
 
 
 def state_step(checkpoint: Path) -> int | None:
@@ -85,6 +128,22 @@ def state_step(checkpoint: Path) -> int | None:
     except (OSError, ValueError, AttributeError):
         return None
     return step if isinstance(step, int) and not isinstance(step, bool) else None
+
+
+def steps_per_epoch(checkpoint: Path) -> float | None:
+    """Optimizer steps per epoch of the training data, from the checkpoint's trainer_state.json:
+    its global_step over its `epoch` (the Trainer's, fractional within an epoch), to 3 decimals
+    (the float epoch's last bits would otherwise differ between checkpoints of one run). None:
+    no such file, or no step or epoch past 0 in it."""
+    path = Path(checkpoint) / "trainer_state.json"
+    try:
+        state = json.loads(path.read_text())
+        step, epoch = state.get("global_step"), state.get("epoch")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in (step, epoch)):
+        return None
+    return round(step / epoch, 3)
 
 
 def step_conflicts(directory: Path, revisions) -> list[tuple[str, int, int]]:
@@ -118,6 +177,13 @@ def architecture(model_config: dict) -> dict:
 
 
 def read_config(directory: Path) -> dict:
+    """config.json of a save_pretrained checkpoint; for another trainer's saved step, the
+    config of the transformers model it loads as (its architecture read from the run's own
+    file: lmsat.checkpoints.trainer_layouts)."""
+    from lmsat.checkpoints.trainer_layouts import layout_of, saved_step_config
+
+    if layout_of(directory):
+        return saved_step_config(directory)
     return json.loads((Path(directory) / "config.json").read_text())
 
 

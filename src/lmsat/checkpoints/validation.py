@@ -41,7 +41,9 @@ def checkpoint_dir(model: ModelEntry, revision: str, cache_dir: str | None = Non
     from lmsat.checkpoints import local_hub
 
     if model.source == "local":
-        return Path(model.id) / revision
+        from lmsat.core.names import checkpoint_path
+
+        return checkpoint_path(model.id, revision)
     cache_dir = cache_dir or model.cache_dir(revision)
     revision = model.hub_revision(revision)  # a pinned revision is its commit there (lmsat.checkpoints.pins)
     try:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 SCALARS = {  # metric -> its headline values, in print order
     "loss": ("loss", "loss_sem", "n_tokens"),
-    "anisotropy": ("anisotropy_last", "n_tokens", "layer_sample"),
+    "anisotropy": ("anisotropy_last", "n_tokens", "zero_rows_last", "layer_sample"),
     "effective_rank": ("effective_rank", "effective_rank_centered", "singular_entropy", "n_tokens"),
     "spectra": ("singular_entropy_sigma", "singular_entropy_sigma2", "effective_rank", "stable_rank", "s1", "n_valid_rows", "n_rows"),
     "gradient_bottleneck": ("energy_kept", "energy_kept_sem", "norm_kept", "norm_kept_sem", "random_energy", "rank",
@@ -35,14 +35,15 @@ SCALARS = {  # metric -> its headline values, in print order
 
 def add_arguments(parser) -> None:
     parser.description = __doc__.split("\n\n")[0]
-    parser.add_argument("checkpoint", help="a checkpoint directory (config.json + safetensors), or a folder of them with --revision")
+    parser.add_argument("checkpoint", help="a checkpoint directory (config.json + safetensors) or another trainer's saved step "
+                        "(docs/trainers.md), or a folder of them with --revision")
     parser.add_argument("--revision", help="the sub-directory (checkpoint-N, step-N, ...) or hub-cache revision to analyse")
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--sample", type=Path, help="a run's eval token sample (results/<run>/samples/...h5)")
     source.add_argument("--text", nargs="+", type=Path, metavar="FILE", help="text files (.txt: a document per line; .jsonl: 'text')")
     parser.add_argument("--tokenizer", type=Path, help="tokenizer directory (default: beside the checkpoint)")
     parser.add_argument("--config", type=Path, help="the run's config: its sample, extraction, seed and spectra settings")
-    parser.add_argument("--metrics", nargs="+", metavar="METRIC", help="registered metrics (default: all of them)")
+    parser.add_argument("--metrics", nargs="+", metavar="METRIC", help=metrics_help())
     parser.add_argument("--device", default="cpu", help="cpu, cuda or auto (default: cpu)")
     parser.add_argument("--threads", type=int, help="CPU threads of torch")
     parser.add_argument("--save-sample", type=Path, help="with --text: keep the built sample at this path")
@@ -51,6 +52,15 @@ def add_arguments(parser) -> None:
     parser.add_argument("--n-tokens", type=int, help="with --text: tokens in the sample (default: the config's, or without "
                         "--config half the text's windows, at most 50,000, as `lmsat init` picks it)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+
+
+def metrics_help() -> str:
+    """The --metrics help, from the registry (lmsat.products.metrics): every metric by name, and the default."""
+    from lmsat.products.metrics import METRICS
+
+    pairs = [name for name, metric in METRICS.items() if metric.reads == "cache_pairs"]
+    return (f"registered metrics: {', '.join(METRICS)} (default: all of them"
+            + (f" but {', '.join(pairs)}, which compare a checkpoint with others)" if pairs else ")"))
 
 
 def run(args) -> int:
@@ -63,6 +73,7 @@ def run(args) -> int:
     from lmsat.standalone.analyse import (
         AnalyseError,
         analyse_checkpoint,
+        checkpoint_config,
         find_tokenizer,
         resolve_checkpoint,
         run_settings,
@@ -87,7 +98,7 @@ def run(args) -> int:
             elif args.text:
                 if tokenizer_dir is None:
                     raise AnalyseError(f"--text needs a tokenizer and none is beside {checkpoint}. Fix: pass --tokenizer DIR")
-                settings, size = sample_settings(settings, json.loads((checkpoint / "config.json").read_text()), args.text,
+                settings, size = sample_settings(settings, checkpoint_config(checkpoint), args.text,
                                                  tokenizer_dir, seq_len=args.seq_len, n_tokens=args.n_tokens,
                                                  config=args.config, where=f"checkpoint {checkpoint}")
                 print(f"lmsat analyse: {size.describe()}", file=sys.stderr)
@@ -134,7 +145,8 @@ def describe(output: dict) -> str:
                      f"{sample['rule']}, settings {sample['settings']} ({sample['chosen']}); "
                      f"{sample['n_seq']} x {sample['seq_len']} tokens, sha256 {sample['sha256'][:12]}"
                      + (f", saved to {sample['saved']}" if sample["saved"] else " (not saved: --save-sample PATH keeps it)"))
-        lines.append("            another sample than a run's: its numbers are not that run's (pass --sample for those)")
+        lines.append("            the sample a run draws from these files with these settings (lmsat init --text, "
+                     "SaturationCallback(text=...)): the same sha256, so that run's numbers")
     lines.append(f"settings    {output['settings']}")
     for name, values in output["metrics"].items():
         lines.append(f"\n{name}")
@@ -149,4 +161,7 @@ def describe(output: dict) -> str:
             lines.append(f"  {key:<26}{values[key]:.10g}" if isinstance(values[key], float) else f"  {key:<26}{values[key]}")
         if name == "anisotropy":
             lines.append("  per layer (0 = embeddings)  " + " ".join(f"{v:.6f}" for v in values["anisotropy_layers"]))
+            if any(values["zero_rows_layers"]) or values["zero_rows_last"]:  # left out: a zero vector has no direction
+                lines.append("  zero vectors left out       " + " ".join(map(str, values["zero_rows_layers"]))
+                             + f" of {values['layer_sample']} per layer; {values['zero_rows_last']} of the last layer's")
     return "\n".join(lines)

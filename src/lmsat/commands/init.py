@@ -6,9 +6,12 @@
 
 Reads the checkpoint directories the common trainers write (`checkpoint-500/` of
 transformers' Trainer, `checkpoint_5/`, `step500/`, `step-500/`, `iter_0000500/`; each a
-save_pretrained directory), their steps, the width, depth, vocabulary and tied head their
-config.json states, the tokens per step their trainer_state.json records (never
-training_args.bin, a pickle), and the tokenizer saved beside them. The config it writes
+save_pretrained directory), or the saved steps of OLMo-core, torchtitan, Megatron, litgpt,
+nanochat, nanoGPT and Lightning (folders or files: docs/trainers.md), their steps, the
+width, depth, vocabulary and tied head their config.json states (another trainer's: the
+config of the transformers model it loads as, from the run's own architecture file), the
+tokens per step their trainer_state.json records (never training_args.bin, a pickle), and
+the tokenizer saved beside them. A folder holding two trainers' formats is refused. The config it writes
 discovers the checkpoints again at every planning (a run still training gets its new
 checkpoints analysed by the next `snakemake`), plans nothing that needs the network, a
 scaling fit only for two model sizes or more, and is checked by planning before it is written.
@@ -29,7 +32,7 @@ from pathlib import Path
 import yaml
 
 from lmsat.checkpoints import trainer_runs
-from lmsat.core.names import PATH_NAME_PATTERN
+from lmsat.core.names import PATH_NAME_PATTERN, checkpoint_path
 from lmsat.errors import ConfigError
 from lmsat.planning.config_files import load_yaml
 from lmsat.planning.load import load_plan
@@ -60,6 +63,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tokens-per-step", type=int,
                         help="training tokens per optimizer step, when trainer_state.json does not record them")
     parser.add_argument("--force", action="store_true", help="overwrite an existing config file")
+    parser.add_argument("--storage-url", metavar="URL",
+                        help="the run will be read from this bucket prefix (s3://bucket/prefix): the config names the "
+                             "run folders and the tokenizer there, and init prints the commands that upload them "
+                             "(a run without a shared disk, docs/cluster.md)")
     parser.add_argument("--bottleneck", nargs="*", type=Path, metavar="TRAIN_TEXT",
                         help="also train rank-constrained heads on the final checkpoint of every model narrower than "
                              f"d={BOTTLENECK_WIDTH} (Figs. 6 and 8: is the head why it saturates?), on TRAIN_TEXT files "
@@ -86,13 +93,25 @@ def path_name(name: str) -> str:
     return safe
 
 
+def discover(folder: Path, glob: str):
+    """trainer_runs.discover with the step regex of `glob`'s trainer."""
+    return trainer_runs.discover(folder, glob, trainer_runs.step_regex_for(glob))
+
+
 def checkpoint_glob(folder: Path) -> tuple[str, int]:
-    """(glob, checkpoints it finds) of the trainer naming that finds the most checkpoints in `folder`."""
-    best = ("", 0)
+    """(glob, checkpoints it finds) of the trainer naming that finds the most checkpoints in
+    `folder`; InitError when the folder holds the saved steps of two trainers' formats."""
+    best, layouts = ("", 0), {}
     for glob in trainer_runs.TRAINER_GLOBS:
-        count = len(trainer_runs.discover(folder, glob, trainer_runs.DEFAULT_STEP_REGEX).revisions)
-        if count > best[1]:
-            best = (glob, count)
+        found = discover(folder, glob)
+        for kind, name in found.layouts:
+            layouts.setdefault(kind, set()).add(name)
+        if len(found.revisions) > best[1]:
+            best = (glob, len(found.revisions))
+    if len(layouts) > 1:
+        listed = "; ".join(f"{kind}: {', '.join(sorted(names)[:3])}" for kind, names in sorted(layouts.items()))
+        raise InitError(f"{folder} holds the saved steps of {len(layouts)} formats ({listed}); one run folder is one "
+                        "run. Fix: move each format's checkpoints into a folder of its own and give those folders")
     return best
 
 
@@ -113,7 +132,8 @@ def run_folders(paths: list[Path]) -> list[tuple[Path, str]]:
             raise InitError(
                 f"{path} holds no checkpoint directory (sub-directories: {subdirs}); a checkpoint is a sub-directory "
                 f"named like {', '.join(trainer_runs.TRAINER_GLOBS[:5])} with config.json and model.safetensors "
-                "(save_pretrained)"
+                "(save_pretrained), or a trainer's saved step (OLMo-core, torchtitan, Megatron, litgpt, nanochat, "
+                "nanoGPT, Lightning: docs/trainers.md)"
             )
         runs += nested
     return runs
@@ -122,10 +142,10 @@ def run_folders(paths: list[Path]) -> list[tuple[Path, str]]:
 def tokens_per_step(folder: Path, glob: str, given: int | None, key: str) -> tuple[int, str]:
     """The run's tokens per step from its trainer_state.json (the same in every checkpoint
     that records them), or the one given; InitError naming the key when neither is there."""
-    found = trainer_runs.discover(folder, glob, trainer_runs.DEFAULT_STEP_REGEX).revisions
+    found = discover(folder, glob).revisions
     records = {}
     for name, _ in found[-1:] + found[:1]:  # the latest and the first checkpoint
-        record = trainer_runs.tokens_per_step(folder / name)
+        record = trainer_runs.tokens_per_step(checkpoint_path(folder, name))
         if record:
             records[name] = record
     counts = {count for count, _ in records.values()}
@@ -173,7 +193,7 @@ def build_config(args: argparse.Namespace) -> tuple[dict, dict]:
         while name in names:
             name = path_name(f"{folder.parent.name}-{name}")
         names.add(name)
-        found = trainer_runs.discover(folder, glob, trainer_runs.DEFAULT_STEP_REGEX).revisions
+        found = discover(folder, glob).revisions
         conflicts = trainer_runs.step_conflicts(folder, found)
         if conflicts:  # which step is right is the user's to say, not a guess of init's
             listed = "; ".join(f"{folder / n}: step {s} by its name, global_step {g} in its trainer_state.json"
@@ -184,14 +204,17 @@ def build_config(args: argparse.Namespace) -> tuple[dict, dict]:
                 "name is right (a trainer_state.json copied from another checkpoint), put that checkpoint's own "
                 "trainer_state.json there, or remove it and give --tokens-per-step"
             )
-        last = folder / found[-1][0]
+        last = checkpoint_path(folder, found[-1][0])
         count, how = tokens_per_step(folder, glob, args.tokens_per_step, f"suites.{suite}.tokens_per_step")
         per_step.add(count)
         notes["tokens"][name], notes["globs"][name], notes["folders"][name] = how, glob, found
         stated = trainer_runs.architecture(trainer_runs.read_config(last))
         if "hidden_size" not in stated:
             raise InitError(f"{last}/config.json states no hidden size (hidden_size, n_embd, d_model)")
-        models.append(dict(name=name, source="local", id=str(folder), revisions=dict(discover=glob), **stated))
+        revisions = dict(discover=glob)
+        if trainer_runs.step_regex_for(glob) != trainer_runs.DEFAULT_STEP_REGEX:
+            revisions["step_regex"] = trainer_runs.step_regex_for(glob)
+        models.append(dict(name=name, source="local", id=str(folder), revisions=revisions, **stated))
         notes.setdefault("last", last)
     if len(per_step) > 1:
         raise InitError(f"the runs record different tokens per step ({sorted(per_step)}); give each run a config of its "
@@ -209,10 +232,10 @@ def build_config(args: argparse.Namespace) -> tuple[dict, dict]:
     from lmsat.checkpoints.loading import context_length
 
     contexts = [found for m in models
-                if (found := context_length(trainer_runs.read_config(Path(m["id"]) / notes["folders"][m["name"]][-1][0])))]
+                if (found := context_length(trainer_runs.read_config(checkpoint_path(m["id"], notes["folders"][m["name"]][-1][0]))))]
     size = sample_size(args.text, Path(tokenizer_dir), min(contexts, key=lambda found: found[1], default=None))
     n_tokens, seq_len = size.n_tokens, size.seq_len
-    in_checkpoint = any(Path(tokenizer_dir).resolve() == (Path(m["id"]) / name).resolve()
+    in_checkpoint = any(Path(tokenizer_dir).resolve() == checkpoint_path(m["id"], name).resolve()
                         for m in models for name, _ in notes["folders"][m["name"]])
     notes.update(sample=size, tokenizer=Path(tokenizer_dir).resolve(), tokenizer_in_checkpoint=in_checkpoint)
     config = dict(
@@ -301,7 +324,7 @@ def scaling_section(config: dict) -> dict:
 
     sizes = {}
     for name, model in plan.models.items():
-        counts = config_parameter_counts(trainer_runs.read_config(Path(model.id) / model.final_revision))
+        counts = config_parameter_counts(trainer_runs.read_config(checkpoint_path(model.id, model.final_revision)))
         if counts:  # every family lmsat.checkpoints.adapters knows
             sizes[name] = counts["non_embedding"]
     if len(set(sizes.values())) < 2 or len(sizes) < len(plan.models):
@@ -346,7 +369,7 @@ def commented(config: dict, notes: dict, command: str, output: Path) -> str:
         + "".join(f"#   {line}\n" for line in textwrap.wrap(notes["sample"].describe(), 92)),
         dump({"corpora": config["corpora"], "sample": config["sample"]}),
         dump({"extraction": config["extraction"]}),
-        "# null: every registered metric (lmsat.products.metrics): loss, anisotropy, effective rank, head spectra, attention.\n",
+        metrics_comment(),
         "metrics: null\n",
         "# No Table 1 (lm-eval's tasks are on the hub), no n-gram W-error or ground truth (the toy\n"
         "# suite's)" + (".\n" if config["bottleneck"]["models"] else
@@ -363,6 +386,14 @@ def commented(config: dict, notes: dict, command: str, output: Path) -> str:
         parts.append("# No Fig. 1b: one model size gives no scaling law (add runs of other sizes to fit one).\n")
     parts.append(dump({"scaling": config["scaling"]}))
     return "\n".join(part.rstrip("\n") + "\n" for part in parts)
+
+
+def metrics_comment() -> str:
+    """The comment above `metrics: null`: every registered metric by name (lmsat.products.metrics)."""
+    from lmsat.products.metrics import METRICS
+
+    text = f"null: every registered metric (lmsat.products.metrics): {', '.join(METRICS)}."
+    return "".join(f"# {line}\n" for line in textwrap.wrap(text, 94))
 
 
 def bottleneck_comment(config: dict, notes: dict) -> str:
@@ -398,8 +429,23 @@ def next_commands(output: Path) -> str:
 
 def write_config(args: argparse.Namespace) -> tuple[Path, str]:
     """Write the config (checked by planning first); returns its path and what to print."""
+    from lmsat.commands.init_storage import is_url, to_bucket, upload_commands
+
+    for path in args.checkpoints:
+        if is_url(str(path)):
+            raise InitError(
+                f"{path} is a storage URL: lmsat init reads the run on this machine (its checkpoints' configs, trainer "
+                "states and tokenizer). Fix: give the run folder here, and its place in the bucket with --storage-url "
+                "s3://bucket/prefix; init then writes the config for the bucket and prints the upload commands")
     config, notes = build_config(args)
     load_plan(config, SCHEMA)  # the config plans, or init fails naming the key
+    uploads = ""
+    if args.storage_url:
+        if not str(args.storage_url).startswith("s3://"):
+            raise InitError(f"--storage-url {args.storage_url}: give an s3:// URL (s3://bucket/prefix; any S3 API)")
+        config, pairs = to_bucket(config, args.storage_url)
+        uploads = "upload the run before planning it (planning reads its checkpoints' configs from the bucket):\n" \
+            + upload_commands(pairs)
     output = args.output or Path("config") / f"{config['run']}.yaml"
     if output.exists() and not args.force:
         raise InitError(f"{output} exists; choose another -o, or --force to overwrite it")
@@ -413,7 +459,7 @@ def write_config(args: argparse.Namespace) -> tuple[Path, str]:
     load_yaml(tmp)
     tmp.replace(output)
     models = ", ".join(f"{name} ({len(revs)} checkpoints)" for name, revs in notes["folders"].items())
-    return output, (f"wrote {output}: run {config['run']}, models {models}\n" + run_paths(config)
+    return output, (f"wrote {output}: run {config['run']}, models {models}\n" + run_paths(config) + uploads
                     + next_commands(output))
 
 

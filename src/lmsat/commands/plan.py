@@ -9,30 +9,23 @@ resources and benchmark file; from those and the validated config this command r
 
 - jobs by kind (network staging: the rules of lmsat.planning.staging.STAGING_RULES; GPU: gpu >= 1;
   local: `localrule`s on the submitting node; CPU: the rest) and by rule;
-- bytes to download: each fetch job's checkpoint, estimated_parameters x fetch.bytes_per_param;
-- disk at peak under the fetch settings, and the results' final size (hidden-state caches,
-  rank-head training caches);
-- GPU, CPU and staging hours: a job's measured time where the run has benchmark files of its
-  rule (benchmarks/out/<run>/<rule>/..., Snakemake's `s` column: the same model's mean, else
-  the rule's mean scaled by parameters), else the stated model below, else the rule's
-  runtime limit (an upper bound, said so). Each line says for how many of its jobs the
-  estimate is, and a kind none of whose jobs has a time gets no estimate, said so (not 0.0). A job of a local run forked by the warm
-  interpreter (lmsat.runtime.warm) did not pay its interpreter's start-up, which a cluster job does
-  (TIME_MODEL's start_s): measured on a laptop, a cluster's hours come out low by that much.
-
-The stated model of a per-checkpoint GPU job (and of the head-cache forward) is the physical
-limit benchmarks/checkpoint_job.py measures a job against (its `limit` row: start Python with
-torch, read the checkpoint, one forward over the sample, write the cache), with the constants of
-TIME_MODEL: assumptions until that benchmark has been run on the cluster's GPU, after which a
-run's own measured times replace them. A fetch takes its bytes at TIME_MODEL's hub bandwidth.
-Other rules (lm-eval, rank-head training, n-gram counting, the metric jobs) have no model: they
-are counted at their runtime limits, as an upper bound, until measured.
+- bytes to download: each fetch job's checkpoint, estimated parameters x the bytes a
+  parameter of its suite's stored dtype takes (fetch.stored_dtype, else fetch.bytes_per_param);
+- disk at peak, as the sum it is: the checkpoints on disk at once under the fetch settings
+  (each term printed) + the results (hidden-state caches, rank-head training caches);
+- GPU, CPU and staging hours: each job's measured time where the run has benchmark files of
+  its rule (benchmarks/out/<run>/<rule>/..., Snakemake's `s` column: the same model's mean, else
+  the rule's mean scaled by parameters), else its rule's time model (lmsat.planning.job_times:
+  every rule has one, a function of the job's shapes, its source printed in one line beside
+  the rule's hours); beside each kind's estimate, the sum of its jobs' runtime limits as an
+  upper bound. A job of a local run forked by the warm interpreter (lmsat.runtime.warm) did
+  not pay its interpreter's start-up, which a cluster job does: measured on a laptop, a
+  cluster's hours come out low by that much.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import re
 import subprocess
@@ -43,19 +36,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]  # the workflow beside this library (src/lmsat/commands)
 
-# The model of a per-checkpoint job's seconds (benchmarks/checkpoint_job.py's limit terms).
-TIME_MODEL = dict(
-    start_s=30.0,  # Python + torch import + CUDA init + the script (the benchmark's `import`)
-    read_bytes_per_s=1.0e9,  # checkpoint read from a cluster filesystem
-    write_bytes_per_s=1.0e9,  # cache write
-    gpu_flops=1.0e14,  # effective bf16 forward throughput of one data-centre GPU (~1/4 to 1/10 of an H100/H200's peak)
-    cpu_flops=1.0e11,  # effective float32 forward throughput of one CPU job (a few cores)
-    fetch_bytes_per_s=1.0e8,  # one checkpoint download from the hub (docs/cluster.md's ~100 MB/s)
-)
-# Rules whose time the model covers: a forward of `tokens` through the model after loading it.
-FORWARD_RULES = ("analyse_checkpoint", "build_head_cache")
 FETCH_RULES = ("fetch_checkpoint", "fetch_best_checkpoint")
-DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 
 
 @dataclass
@@ -144,44 +125,6 @@ def measured_seconds(directory: Path, run: str) -> dict[str, dict[str, list[floa
     return found
 
 
-def cache_bytes(model, sample: dict, extraction: dict) -> int:
-    """Bytes of one hidden-state cache (lmsat.data.hidden_states's layout): per-token losses (float32),
-    the last layer's states and a `layer_sample` of every layer's, in the storage dtype."""
-    n_seq = math.ceil(sample["n_tokens"] / sample["seq_len"])
-    tokens = n_seq * sample["seq_len"]
-    width = DTYPE_BYTES[extraction["storage_dtype"]]
-    layers = (model.num_layers or max(6, model.hidden_size // 64)) + 1
-    return 4 * n_seq * (sample["seq_len"] - 1) + width * model.hidden_size * (tokens + layers * extraction["layer_sample"])
-
-
-def head_cache_bytes(model, bottleneck: dict) -> int:
-    """Bytes of a model's rank-head training and eval pairs (lmsat.bottleneck.representation_cache): hidden states
-    in the storage dtype and int64 targets, for train_tokens + eval_tokens."""
-    tokens = bottleneck["train_tokens"] + bottleneck["eval_tokens"]
-    return tokens * (DTYPE_BYTES[bottleneck["storage_dtype"]] * model.hidden_size + 8)
-
-
-def model_seconds(job: Job, model, config: dict) -> float | None:
-    """TIME_MODEL's seconds for a forward rule's or a fetch's job (None for other rules)."""
-    if model is None or job.rule not in FORWARD_RULES + FETCH_RULES:
-        return None
-    from lmsat.checkpoints.fetch import estimated_parameters
-
-    params = estimated_parameters(model)
-    if job.rule in FETCH_RULES:
-        return params * config["fetch"]["bytes_per_param"] / TIME_MODEL["fetch_bytes_per_s"]
-    if job.rule == "analyse_checkpoint":
-        tokens = config["sample"]["n_tokens"]
-        written = cache_bytes(model, config["sample"], config["extraction"])
-    else:
-        tokens = config["bottleneck"]["train_tokens"] + config["bottleneck"]["eval_tokens"]
-        written = head_cache_bytes(model, config["bottleneck"])
-    flops = TIME_MODEL["gpu_flops"] if job.gpus >= 1 else TIME_MODEL["cpu_flops"]
-    read = params * config["fetch"]["bytes_per_param"]
-    return (TIME_MODEL["start_s"] + read / TIME_MODEL["read_bytes_per_s"] + 2 * params * tokens / flops
-            + written / TIME_MODEL["write_bytes_per_s"])
-
-
 def limit_seconds(job: Job) -> float:
     try:
         return 60 * float(job.resources.get("runtime", 0))
@@ -191,7 +134,8 @@ def limit_seconds(job: Job) -> float:
 
 @dataclass
 class Estimate:
-    """The plan's numbers (what `render` prints)."""
+    """The plan's numbers (what `render` prints): each printed total is the sum of the parts
+    printed beside it."""
 
     run: str
     by_kind: Counter
@@ -199,100 +143,119 @@ class Estimate:
     download_bytes: float
     downloads: int
     pending: list  # checkpoint rules whose later jobs the dry run cannot list yet
-    peak_bytes: float
-    peak_how: str
-    weights_kept_bytes: float
+    weights_kept_bytes: float  # the checkpoints on disk at once
+    weights_how: str  # the arithmetic of weights_kept_bytes
     cache_bytes: float
     head_cache_bytes: float
-    hours: dict  # "GPU" / "CPU" / ... -> {"measured": h, "model": h, "limit": h, "jobs": n, "estimated_jobs": n}
-    measured_rules: dict  # rule -> number of benchmark files used
+    hours: dict  # "GPU" / "CPU" / "network staging" -> {"measured": h, "model": h, "limit": h, "jobs": n, "unmodelled": n}
+    rule_hours: dict  # rule -> {"kind", "jobs", "hours", "measured_jobs", "source"}
+    measured_rules: dict  # rule -> number of jobs whose time was measured
     best_fetches: int = 0  # fetches of best revisions for lm-eval (after the checkpoint)
-    limited_rules: tuple = ()  # rules counted at their runtime limits
+    unmodelled_rules: tuple = ()  # rules with neither a measured time nor a time model
+
+    @property
+    def results_bytes(self) -> float:
+        return self.cache_bytes + self.head_cache_bytes
+
+    @property
+    def peak_bytes(self) -> float:
+        """Disk at peak: the checkpoints on disk at once + the results."""
+        return self.weights_kept_bytes + self.results_bytes
+
+
+def weights_at_peak(sizes: list[float], disk_mbs: list[int], finals: list[float], fetch: dict, gpus: int,
+                    disk_mb: float | None) -> tuple[float, str]:
+    """(bytes, its arithmetic in words) of the checkpoints on disk at once. `sizes`: each
+    fetch's bytes; `disk_mbs`: each fetch's disk_mb request; `finals`: the final revisions
+    that wait for their lm-eval. Never more than every checkpoint downloaded."""
+    n, download = len(sizes), sum(sizes)
+    if not n:
+        return 0.0, "no checkpoint to fetch"
+    if not fetch["remove_after_use"]:
+        return download, f"all {n:,} downloaded: fetch.remove_after_use false keeps every one"
+    largest_mb = max(disk_mbs)
+    at_once = max(1, int(disk_mb // largest_mb)) if disk_mb else gpus
+    fetching = (f"{at_once:,} being fetched (--disk-mb {disk_mb:.0f} over the largest's disk_mb {largest_mb:,})" if disk_mb
+                else f"{at_once:,} being fetched (no --disk-mb: one per GPU)")
+    reading = f"{gpus:,} being read (--gpus {gpus})"
+    if at_once + gpus >= n:
+        return download, f"all {n:,} at once, as {fetching} + {reading} is at least the {n:,} to fetch"
+    largest = max(sizes)
+    bound = (at_once + gpus) * largest + sum(finals)
+    how = f"({fetching} + {reading}) x the largest ({size(largest)}) = {size((at_once + gpus) * largest)}"
+    if finals:
+        how += f" + {len(finals):,} final revisions awaiting lm-eval ({size(sum(finals))})"
+    if bound >= download:
+        return download, f"all {n:,}, fewer than {how}"
+    return bound, how
 
 
 def estimate(jobs: list[Job], plan, directory: Path, gpus: int, disk_mb: float | None) -> Estimate:
     """The plan's costs from its jobs and the validated config (`plan`: lmsat.core.plan.Plan)."""
-    from lmsat.checkpoints.fetch import checkpoint_disk_mb, estimated_parameters
+    from lmsat.checkpoints.fetch import checkpoint_disk_mb, estimated_parameters, stored_bytes_per_param
+    from lmsat.planning.job_times import JobContext, head_cache_bytes, time_model
     from lmsat.planning.staging import STAGING_RULES
 
     config, models = plan.config, plan.models
+    context = JobContext(config, models, jobs)
     by_kind = Counter(kind(job, STAGING_RULES) for job in jobs)
     by_rule: dict = {}
     for job in jobs:
         label, count = by_rule.get(job.rule, (kind(job, STAGING_RULES), 0))
         by_rule[job.rule] = (label, count + 1)
-    bytes_per_param = config["fetch"]["bytes_per_param"]
     fetches = [job for job in jobs if job.rule in FETCH_RULES]
-    fetched = [estimated_parameters(models[job.wildcards["model"]]) * bytes_per_param for job in fetches]
+    fetched = [context.stored_bytes(models[job.wildcards["model"]]) for job in fetches]
     pending = [job.rule for job in jobs if job.rule == "select_checkpoints"]
     # lm-eval of a hub model's best revision reads a copy of its own, fetched once the loss
     # table exists (after checkpoint select_checkpoints): counted here, at most one per model
     fetched_models = {job.wildcards["model"] for job in fetches}
     best_models = sorted({job.wildcards["model"] for job in jobs if job.rule == "evaluate_checkpoint"
                           and job.wildcards.get("kind") == "best" and job.wildcards["model"] in fetched_models})
-    best_bytes = [estimated_parameters(models[m]) * bytes_per_param for m in best_models]
-    download = sum(fetched) + sum(best_bytes)
-
-    caches = sum(cache_bytes(models[job.wildcards["model"]], config["sample"], config["extraction"])
-                 for job in jobs if job.rule == "analyse_checkpoint")
+    best_bytes = [context.stored_bytes(models[m]) for m in best_models]
+    disk_mbs = [checkpoint_disk_mb(models[job.wildcards["model"]], stored_bytes_per_param(models[job.wildcards["model"]],
+                                                                                        config["fetch"])) for job in fetches]
+    # the final revisions of the evaluated models wait for their lm-eval: as large as their best ones
+    kept, how = weights_at_peak(fetched, disk_mbs, best_bytes, config["fetch"], gpus, disk_mb)
+    caches = sum(context.shape(models[job.wildcards["model"]]).bytes for job in jobs if job.rule == "analyse_checkpoint")
     heads = sum(head_cache_bytes(models[job.wildcards["model"]], config["bottleneck"])
                 for job in jobs if job.rule == "build_head_cache")
-    results = caches + heads
-    if not fetches:
-        peak, how, kept = results, "no checkpoint to fetch", 0.0
-    elif not config["fetch"]["remove_after_use"]:
-        kept = download
-        peak, how = download + results, "fetch.remove_after_use: false keeps every checkpoint"
-    else:
-        largest = max(fetched)
-        largest_disk_mb = max(checkpoint_disk_mb(models[job.wildcards["model"]], bytes_per_param) for job in fetches)
-        at_once = max(1, int(disk_mb // largest_disk_mb)) if disk_mb else gpus
-        finals = sum(best_bytes)  # the final revisions of the evaluated models wait for their lm-eval
-        kept = (at_once + gpus) * largest + finals
-        peak = min(kept, download) + results
-        how = (f"fetch.remove_after_use: ({at_once} checkpoints being fetched"
-               f"{f' (--disk-mb {disk_mb:.0f})' if disk_mb else ' (no --disk-mb: one per GPU)'} + {gpus} being read"
-               f" (--gpus {gpus})) x the largest ({largest / 1e9:.1f} GB)"
-               + (f" + {len(best_models)} final revisions awaiting lm-eval" if best_models else "")
-               + "; never more than the disk minus fetch.min_free_mb")
 
     measured = measured_seconds(directory, plan.run)
-    hours = {label: {"measured": 0.0, "model": 0.0, "limit": 0.0, "jobs": 0, "estimated_jobs": 0}
+    hours = {label: {"measured": 0.0, "model": 0.0, "limit": 0.0, "jobs": 0, "unmodelled": 0}
              for label in ("GPU", "CPU", "network staging")}
+    rule_hours: dict = {}
     used: Counter = Counter()
-    limited: set = set()
     for job in jobs:
         label = {"local": "CPU"}.get(kind(job, STAGING_RULES), kind(job, STAGING_RULES))
         model = models.get(job.wildcards.get("model", ""))
+        found = time_model(job.rule)
+        row = rule_hours.setdefault(job.rule, {"kind": label, "jobs": 0, "hours": 0.0, "measured_jobs": 0,
+                                               "source": found.source if found else ""})
+        row["jobs"] += 1
         hours[label]["jobs"] += 1
+        hours[label]["limit"] += limit_seconds(job) / 3600
         times = measured.get(job.rule, {})
         same = times.get(job.wildcards.get("model", ""), []) or times.get("", [])
-        if same:
-            hours[label]["measured"] += sum(same) / len(same) / 3600
-            hours[label]["estimated_jobs"] += 1
+        scaled = [] if same or model is None else [  # the rule measured on other models: scaled by parameters
+            sum(v) / len(v) * estimated_parameters(model) / estimated_parameters(models[m]) for m, v in times.items() if m in models]
+        if same or scaled:
+            seconds = sum(same) / len(same) if same else sum(scaled) / len(scaled)
+            hours[label]["measured"] += seconds / 3600
+            row["measured_jobs"] += 1
             used[job.rule] += 1
-            continue
-        if times and model is not None:  # the rule measured on other models: scaled by parameters
-            scaled = [sum(v) / len(v) * estimated_parameters(model) / estimated_parameters(models[m])
-                      for m, v in times.items() if m in models]
-            if scaled:
-                hours[label]["measured"] += sum(scaled) / len(scaled) / 3600
-                hours[label]["estimated_jobs"] += 1
-                used[job.rule] += 1
-                continue
-        seconds = model_seconds(job, model, config)
-        if seconds is not None:
+        elif found:
+            seconds = found.seconds(job, context)
             hours[label]["model"] += seconds / 3600
-            hours[label]["estimated_jobs"] += 1
         else:
-            hours[label]["limit"] += limit_seconds(job) / 3600
-            if limit_seconds(job) > 0:
-                limited.add(job.rule)
+            seconds = 0.0
+            hours[label]["unmodelled"] += 1
+        row["hours"] += seconds / 3600
     return Estimate(
-        run=plan.run, by_kind=by_kind, by_rule=by_rule, download_bytes=download, downloads=len(fetched) + len(best_bytes),
-        pending=sorted(set(pending)), peak_bytes=peak, peak_how=how, weights_kept_bytes=kept, cache_bytes=caches,
-        head_cache_bytes=heads, hours=hours, measured_rules=dict(used), best_fetches=len(best_bytes),
-        limited_rules=tuple(sorted(limited)),
+        run=plan.run, by_kind=by_kind, by_rule=by_rule, download_bytes=sum(fetched) + sum(best_bytes),
+        downloads=len(fetched) + len(best_bytes), pending=sorted(set(pending)), weights_kept_bytes=kept, weights_how=how,
+        cache_bytes=caches, head_cache_bytes=heads, hours=hours, rule_hours=rule_hours, measured_rules=dict(used),
+        best_fetches=len(best_bytes), unmodelled_rules=tuple(sorted(r for r, row in rule_hours.items() if not row["source"]
+                                                                   and row["measured_jobs"] < row["jobs"])),
     )
 
 
@@ -303,21 +266,19 @@ def size(n_bytes: float) -> str:
     return f"{n_bytes / 1e3:.1f} kB"
 
 
-def hours_line(label: str, parts: dict, run: str) -> str:
-    """One kind's hours: the estimate of the jobs that have one (a measured time or the time
-    model), and at most the runtime limits of the others; no estimate, and why, when none has."""
-    jobs, estimated = parts["jobs"], parts["estimated_jobs"]
-    unestimated = jobs - estimated
-    limits = (f"at most {parts['limit']:,.1f} (their runtime limits, an upper bound)" if parts["limit"] > 0
-              else "no runtime limit to bound them")
+def hours_line(label: str, parts: dict) -> str:
+    """One kind's hours: the estimate (measured times and time models) and, beside it, the
+    sum of its jobs' runtime limits as an upper bound."""
+    jobs = parts["jobs"]
     if not jobs:
         return f"{label} hours: none (no {label} job)"
-    if not estimated:
-        return (f"{label} hours: no estimate: none of its {jobs:,} jobs has a measured time "
-                f"(benchmarks/out/{run}/) or a time model; {limits}")
-    line = (f"{label} hours: {parts['measured'] + parts['model']:,.1f} estimated for {estimated:,} of {jobs:,} jobs "
-            f"(measured {parts['measured']:,.1f} + model {parts['model']:,.1f})")
-    return line + (f", + for the other {unestimated:,}, {limits}" if unestimated else "")
+    estimated = parts["measured"] + parts["model"]
+    line = (f"{label} hours: {estimated:,.1f} estimated for {jobs - parts['unmodelled']:,} of {jobs:,} jobs "
+            f"(measured {parts['measured']:,.1f} + model {parts['model']:,.1f}); at most {parts['limit']:,.1f} "
+            "at their runtime limits")
+    if parts["unmodelled"]:
+        line += f"; {parts['unmodelled']:,} jobs of rules without a time model are not in the estimate"
+    return line
 
 
 def render(plan: Estimate) -> str:
@@ -334,20 +295,23 @@ def render(plan: Estimate) -> str:
     for rule, (label, count) in sorted(plan.by_rule.items(), key=lambda item: (-item[1][1], item[0])):
         lines.append(f"    {count:>6,}  {rule} ({label})")
     lines.append(f"download: {size(plan.download_bytes)} in {plan.downloads:,} checkpoints "
-                 f"(estimated parameters x fetch.bytes_per_param; {plan.best_fetches} of them each evaluated model's "
-                 "best revision, fetched again for lm-eval once known)")
-    lines.append(f"disk at peak: {size(plan.peak_bytes)} ({size(plan.weights_kept_bytes)} of checkpoints: "
-                 f"{plan.peak_how}; + the results)")
-    lines.append(f"results' final size: {size(plan.cache_bytes + plan.head_cache_bytes)} "
-                 f"(hidden-state caches {size(plan.cache_bytes)}, rank-head caches {size(plan.head_cache_bytes)})")
+                 f"(estimated parameters x the bytes of their suite's fetch.stored_dtype; {plan.best_fetches} of them each "
+                 "evaluated model's best revision, fetched again for lm-eval once known)")
+    lines.append(f"disk at peak: {size(plan.peak_bytes)} = {size(plan.weights_kept_bytes)} of checkpoints "
+                 f"({plan.weights_how}) + {size(plan.results_bytes)} of results; a fetch waits while it would leave less "
+                 "than fetch.min_free_mb free")
+    lines.append(f"results' final size: {size(plan.results_bytes)} "
+                 f"(hidden-state caches {size(plan.cache_bytes)} + rank-head caches {size(plan.head_cache_bytes)})")
     for label in ("GPU", "CPU", "network staging"):
-        lines.append(hours_line(label, plan.hours[label], plan.run))
+        lines.append(hours_line(label, plan.hours[label]))
     measured = ", ".join(f"{rule} ({n:,} jobs)" for rule, n in sorted(plan.measured_rules.items()))
     lines.append(f"  measured: benchmarks/out/{plan.run}/: " + (measured or "none"))
-    lines.append("  model: benchmarks/checkpoint_job.py's limit terms, " + ", ".join(
-        f"{key} {value:g}" for key, value in TIME_MODEL.items()) + " (lmsat.commands.plan.TIME_MODEL)")
-    limited = ", ".join(sorted(plan.limited_rules))
-    lines.append(f"  runtime limits: {limited or 'none'}")
+    lines.append("  hours by rule, and where each rule's time model comes from (lmsat.planning.job_times):")
+    for rule, row in sorted(plan.rule_hours.items(), key=lambda item: (-item[1]["hours"], item[0])):
+        measured_jobs = f", {row['measured_jobs']:,} measured" if row["measured_jobs"] else ""
+        source = row["source"] or "NO TIME MODEL"
+        jobs = f"{row['jobs']:,} job{'s' if row['jobs'] > 1 else ''}"
+        lines.append(f"    {row['hours']:>9,.1f} h  {rule} ({jobs}{measured_jobs}): {source}")
     return "\n".join(lines)
 
 
@@ -417,6 +381,10 @@ def run(args) -> int:
         print(f"lmsat plan: {type(error).__name__}: {error}", file=sys.stderr)
         return 2
     print(render(estimate(jobs, plan, args.directory, args.gpus, args.disk_mb)))
+    from lmsat.commands.plan_storage import storage_line, storage_traffic  # a storage run's traffic (issue 52)
+    from lmsat.planning.job_times import JobContext
+
+    print(storage_line(storage_traffic(jobs, JobContext(plan.config, plan.models, jobs)), size))
     for note in plan.notes:
         print(f"note: {note}")
     return 0

@@ -61,8 +61,11 @@ def file_fingerprint(path: Path) -> str:
 
 def weights_fingerprint(directory) -> dict[str, str]:
     """{path relative to `directory`: file_fingerprint} of every file below it (symlinks
-    followed, bookkeeping left out: IGNORED_DIRS, IGNORED_FILES); {} if absent."""
+    followed, bookkeeping left out: IGNORED_DIRS, IGNORED_FILES); {} if absent. A file (a
+    trainer's one-file checkpoint: nanoGPT, nanochat, Lightning): {its name: its fingerprint}."""
     root = Path(directory)
+    if root.is_file():
+        return {root.name: file_fingerprint(root)}
     found = {}
     for folder, dirs, files in os.walk(root, followlinks=True):
         dirs[:] = sorted(d for d in dirs if d not in IGNORED_DIRS)

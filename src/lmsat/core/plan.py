@@ -1,15 +1,15 @@
 """The plan's plain data types: what lmsat.planning builds from a validated config.
 
 `ModelEntry` (one model of a suite, its revisions resolved) and `Plan` (the validated config
-and its models) import nothing of lmsat, so every layer can take them as arguments: the
-loaders and fetchers (lmsat.checkpoints.loading, lmsat.checkpoints.fetch, lmsat.checkpoints.validation) as much as the
-workflow, which passes a ModelEntry to its jobs as a param (as a dict of these fields).
+and its models) import nothing of lmsat but its path names (lmsat.core.names), so every
+layer can take them as arguments: the loaders and fetchers (lmsat.checkpoints.loading,
+lmsat.checkpoints.fetch, lmsat.checkpoints.validation) as much as the workflow, which
+passes a ModelEntry to its jobs as a param (as a dict of these fields).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from pathlib import Path
+from dataclasses import dataclass, field, replace
 
 
 @dataclass(frozen=True)
@@ -66,10 +66,12 @@ class ModelEntry:
     def pretrained_source(self, revision: str, cache_dir: str | None = None) -> tuple[str, dict]:
         """(target, kwargs) for `from_pretrained(target, **kwargs)` to load `revision` offline:
         jobs never download weights (toy, local and fetched hub checkpoints are on disk).
-        A local model's revision is a directory; a hub/toy model is its id at `revision` in
+        A local model's revision is a directory or file in its run folder; a hub/toy model is its id at `revision` in
         its hub cache (`cache_dir` overrides it, e.g. the copy fetched for a best revision)."""
         if self.source == "local":
-            return str(Path(self.id) / revision), dict(local_files_only=True)
+            from lmsat.core.names import checkpoint_path  # a leaf: a file named unlike its revision (Lightning's)
+
+            return str(checkpoint_path(self.id, revision)), dict(local_files_only=True)
         return self.id, dict(revision=self.hub_revision(revision), cache_dir=cache_dir or self.cache_dir(revision),
                              local_files_only=True)
 
@@ -106,6 +108,10 @@ class Plan:
     trained: dict[str, ModelEntry] | None = None
     # what planning left out of the config and why (lmsat.planning.load.load_plan), for the user
     notes: tuple[str, ...] = ()
+    # model -> optimizer steps per epoch of its training data, where its checkpoints record it
+    # (a local run's trainer_state.json: lmsat.planning.discovery.steps_per_epoch); not in the
+    # entries, which reach every job as a param: the tables that say what epochs mean read it
+    steps_per_epoch: dict[str, float] = field(default_factory=dict)
 
     @property
     def run(self) -> str:

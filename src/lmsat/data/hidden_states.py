@@ -84,7 +84,8 @@ def forward_hidden_states(model, input_ids, check_head: bool = False, atol: floa
         out = model(input_ids, output_hidden_states=True, use_cache=False)
     if check_head:
         mine = model.get_output_embeddings()(out.hidden_states[-1][:, -1]).float()
-        if not torch.allclose(mine, out.logits[:, -1].float(), rtol=atol, atol=atol):
+        # equal_nan: a NaN head (a diverged run) gives NaN in both; the loss check names it, not this one
+        if not torch.allclose(mine, out.logits[:, -1].float(), rtol=atol, atol=atol, equal_nan=True):
             raise RuntimeError(
                 f"{type(model).__name__}: the head applied to hidden_states[-1] does not give the "
                 "model's logits, so hidden_states[-1] is not the head's input; this architecture "
@@ -410,3 +411,13 @@ def iter_rows(dataset, rows: int = 65536):
             bad = start + int(np.argwhere(~np.isfinite(block))[0][0])
             raise CacheError(f"{dataset.file.filename}:{dataset.name} has NaN/Inf at row {bad}; delete it and rerun")
         yield block
+
+
+def cache_sequences(cache) -> tuple[int, int]:
+    """(n_seq, seq_len) of an open cache's `hidden` rows, sequence after sequence, from its
+    `loss` dataset (n_seq, seq_len - 1): rows [j seq_len, (j + 1) seq_len) are sequence j's."""
+    n_seq, rows = cache["loss"].shape[0], cache["hidden"].shape[0]
+    if n_seq < 1 or rows % n_seq:
+        raise CacheError(f"{cache.filename}: {rows} hidden rows are not {n_seq} whole sequences (its loss dataset's); "
+                         "delete the cache and rerun")
+    return n_seq, rows // n_seq

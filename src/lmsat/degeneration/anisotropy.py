@@ -98,6 +98,39 @@ def mean_pairwise_cosine(representations, skip_zero_rows: bool = False) -> float
     return MeanCosineAccumulator(skip_zero_rows=skip_zero_rows).update(representations).value
 
 
+def mean_cosine_influence(unit_sums, counts) -> np.ndarray:
+    """d A / d w_g at w = 1, per group g of the vectors (e.g. the eval sequences) weighted by
+    w_g: A(w) = (||sum_g w_g S_g||^2 - N(w)) / (N(w) (N(w) - 1)), N(w) = sum_g w_g n_g, from
+    each group's sum of unit vectors S_g (g, d) and count n_g (g,). A + sum_g (w_g - 1) infl_g
+    is the statistic a bootstrap of the groups resamples, linearised
+    (lmsat.saturation.event_order); exact to first order in w - 1."""
+    unit_sums = np.asarray(unit_sums, dtype=np.float64)
+    counts = np.asarray(counts, dtype=np.float64)
+    total, n = unit_sums.sum(axis=0), float(counts.sum())
+    denominator = n * (n - 1)
+    value = (float(total @ total) - n) / denominator
+    return (2 * unit_sums @ total - counts) / denominator - value * counts * (2 * n - 1) / denominator
+
+
+def mean_cosine_by_sequence(blocks, n_seq: int, seq_len: int, d: int):
+    """A(H) of every row of `blocks` ((m, d) float64 each, whole sequences in order), zero rows
+    left out and counted, with what mean_cosine_influence needs per sequence: (accumulator,
+    unit_sums (n_seq, d), counts (n_seq,) of non-zero rows)."""
+    accumulator = MeanCosineAccumulator(skip_zero_rows=True)
+    unit_sums = np.zeros((n_seq, d))  # (n_seq, d): each sequence's sum of unit vectors
+    counts = np.zeros(n_seq)  # (n_seq,): each sequence's non-zero vectors
+    first = 0
+    for block in blocks:  # (m, d), m a multiple of seq_len
+        accumulator.update(block)
+        norms = np.linalg.norm(block, axis=1, keepdims=True)  # (m, 1)
+        units = np.divide(block, norms, out=np.zeros_like(block), where=norms > 0)  # a zero row adds nothing
+        count = block.shape[0] // seq_len
+        unit_sums[first : first + count] = units.reshape(count, seq_len, -1).sum(axis=1)
+        counts[first : first + count] = (norms[:, 0] > 0).reshape(count, seq_len).sum(axis=1)
+        first += count
+    return accumulator, unit_sums, counts
+
+
 def mean_pairwise_cosine_bruteforce(representations, chunk_size: int = 2048) -> float:
     """Reference A(H): sums the full cosine matrix block by block, O(n^2 d), float64.
 

@@ -28,6 +28,7 @@ are not part of the vocabulary's geometry. `n_valid_rows` keeps only the first r
 """
 
 import hashlib
+import math
 from collections.abc import Mapping
 
 import numpy as np
@@ -134,6 +135,26 @@ def effective_rank(s) -> float:
     """Roy & Vetterli (2007): exp(H(p)), p = s / sum(s); between 1 and len(s)."""
     s = _spectrum(s)
     return float(np.exp(_entropy(s / s.sum())))
+
+
+def effective_rank_influence(eigenvalues, energies) -> np.ndarray:
+    """d erank / d w_g at w = 1, per group g of a matrix's rows weighted by w_g: the effective
+    rank of the Gram sum_g w_g G_g (G_g = H_g^T H_g), from the eigenvalues lambda (d,) of
+    sum_g G_g and energies[g, i] = ||H_g v_i||^2 (g, d), which is d lambda_i / d w_g (first-order
+    perturbation; over a repeated eigenvalue the sum below does not depend on the basis).
+    erank = exp(H(p)), p = s / sum(s), s = sqrt(lambda):
+    d erank / d lambda_i = -erank (log p_i + H) / (2 s_i sum(s)). Singular values below 1e-12
+    of the largest are left out (their derivative is unbounded; a Gram of more rows than
+    columns has none). erank + sum_g (w_g - 1) infl_g is the statistic a bootstrap of the
+    groups resamples, linearised (lmsat.saturation.event_order)."""
+    s = np.sqrt(np.clip(np.asarray(eigenvalues, dtype=np.float64), 0.0, None))
+    energies = np.asarray(energies, dtype=np.float64)
+    kept = s > 1e-12 * s.max()
+    p = s[kept] / s[kept].sum()
+    entropy = float(-(p * np.log(p)).sum())
+    derivative = np.zeros_like(s)
+    derivative[kept] = -math.exp(entropy) * (np.log(p) + entropy) / (2 * s[kept] * s[kept].sum())
+    return energies @ derivative
 
 
 def stable_rank(s) -> float:

@@ -41,7 +41,20 @@ WeightWatcher (PyPI `weightwatcher` 0.7.7, `analyze()` defaults):
   sqrt(lambda_max) / (1 + Q^-1/2), then Nelder-Mead from its best point), lambda_plus =
   (sigma (1 + Q^-1/2))^2 its bulk edge; square matrices (Q = 1) fit WW's quarter circle to
   the singular values. Near 1: W looks random; near 0: a few large directions dominate.
-  mp_sigma is the fitted sigma.
+  mp_sigma is the fitted sigma. mp_softrank_margin (lmsat's, not WW's) is, as alpha_D_margin,
+  how decisively the fit's discrete choices were made: the start of the polish (the grid's
+  least residual, against the best grid point of another basin of the residual) and the
+  density's peak (the KDE's highest grid point: the bulk must cover it, so where the edge of
+  the fit sits at it, the peak decides the fit), each as the relative gap to the runner-up that
+  could give another fit (the densest other grid point whose use as the peak moves the
+  admissible sigmas where the polish goes or its start to another basin); the smaller of the
+  two, searched up to MP_SEARCH. A linear-kernel density is flat between its kinks, so its
+  peak is often a tie decided by the last bits of the eigenvalues' sum: where the margin is
+  below the noise of the eigenvalues, the fit may take the other choice on another CPU, or
+  with the same eigenvalues summed in another order, and move by 5 to 400% (in the toy
+  suite 3 of 324 matrices change their soft rank when the eigenvalues are summed in another
+  order, all with margins below 1e-15; under 1e-3 relative noise on the eigenvalues, those
+  with a margin of 0.01 or more moved by at most 2.6%).
 
 pico-analyze (pico-lm/pico-analyze, src/metrics/):
 - per: proportional effective rank, exp(H(p)) / m with p_i = s_i / sum(s) (natural log).
@@ -72,24 +85,33 @@ from dataclasses import dataclass
 import h5py
 import numpy as np
 
-from lmsat.core.checked_hdf5 import read_checked_hdf5, write_checked_hdf5
+from lmsat.core.checked_hdf5 import check_bounds, read_checked_hdf5, write_checked_hdf5
 from lmsat.core.integrity import CHECKSUM_ATTR, array_sha256, corrupt
 from lmsat.core.io import check_identity, promised_by_path
 
 log = logging.getLogger(__name__)
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: mp_softrank_margin
 WW_EVALS_THRESHOLD = 1e-5  # WeightWatcher's EVALS_THRESH: eigenvalues at or below it are left out of the alpha fit
 SMALL_N, SMALL_N_MIN_TAIL = 20, 8  # WeightWatcher 0.7.7's small-ESD fit: below 20 eigenvalues, tails of >= 8
 KDE_BANDWIDTH, KDE_POINTS, KDE_FLOOR = 0.1, 1000, 0.01  # WeightWatcher's mp_fit density estimate
+MP_SEARCH = 0.05  # mp_softrank_margin: runners-up are searched up to this relative gap (a larger margin reads as it)
+MP_EXPLORED = 0.1  # the sigmas the polish explores: its start and result, widened by this share (fmin's first step is 5%)
+MP_NUDGE = 1e-3  # a start moved by this share (the candidates scale with sqrt(lambda_max), which moves ~5e-4 across CPUs)
+MP_MOVED = 2e-3  # ... whose polish ends further than this share away ends elsewhere (fmin stops within 1e-4 of sigma)
 ALPHA_COLUMNS = ("alpha", "alpha_sigma", "alpha_D", "alpha_D_margin", "alpha_xmin", "alpha_n", "alpha_weighted",
-                 "stable_rank", "mp_softrank", "mp_sigma", "lambda_max")
+                 "stable_rank", "mp_softrank", "mp_sigma", "mp_softrank_margin", "lambda_max")
 SPARSITY_COLUMNS = ("per", "gini", "hoyer", "condition_number", "frobenius_norm", "spectral_norm", "nuclear_norm",
                     "max_abs")
 COLUMNS = (*ALPHA_COLUMNS, *SPARSITY_COLUMNS)
-SCALE_FREE = ("alpha", "alpha_n", "alpha_sigma", "alpha_D", "alpha_D_margin", "alpha_xmin", "alpha_weighted", "stable_rank", "mp_softrank",
-              "mp_sigma", "per", "gini", "hoyer", "condition_number")  # NaN for a zero matrix
+SCALE_FREE = ("alpha", "alpha_n", "alpha_sigma", "alpha_D", "alpha_D_margin", "alpha_xmin", "alpha_weighted", "stable_rank",
+              "mp_softrank", "mp_sigma", "mp_softrank_margin", "per", "gini", "hoyer", "condition_number")  # NaN for a zero matrix
 HEAD = "head"  # the matrix name of the LM head
+# column -> (its margin's column, the margin from which it is reproducible on another CPU): alpha's xmin
+# chosen by 0.02 in KS distance or more (1.8x the largest change of D under 1e-3 relative noise on the
+# eigenvalues, tests/golden_tables.py PEERS_MEASURED); the MP fit's choices by 0.01 or more (10x the relative
+# change of the density under that noise; such fits moved by at most 2.6% under it, in the default run's 324).
+REPRODUCIBLE = {"alpha": ("alpha_D_margin", 0.02), "mp_softrank": ("mp_softrank_margin", 0.01)}
 
 
 class WeightDiagnosticsError(ValueError):
@@ -166,26 +188,34 @@ def linear_kde(points: np.ndarray, grid: np.ndarray, bandwidth: float = KDE_BAND
     return density / (points.size * bandwidth)
 
 
-def _mp_residual(sigma, grid: np.ndarray, density: np.ndarray, q: float) -> np.ndarray:
-    """Sum of squared differences between the MP (or, Q = 1, quarter-circle) density of
-    each sigma and the estimate, on the grid's points of non-negligible density, as
-    WeightWatcher's resid_mp (1000 per point when the MP bulk misses the estimate's peak;
-    the density is 0 off its support, where WW's nan_to_num turns its NaN into 0).
-    sigma: (s,) -> (s,)"""
+def _mp_terms(sigma, grid: np.ndarray, density: np.ndarray, q: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(sum of squared differences between the MP (or, Q = 1, quarter-circle) density of each
+    sigma and the estimate on the grid's points of non-negligible density, the bulk's lower
+    and upper edges a, b) as WeightWatcher's resid_mp computes them (the density is 0 off its
+    support, where WW's nan_to_num turns its NaN into 0). sigma: (s,) -> 3 x (s,)"""
     sigma = np.atleast_1d(np.asarray(sigma, dtype=np.float64))[:, None]  # (s, 1)
     if q == 1:
         inside = np.clip(4 - grid**2, 0, None)  # WW's form: sigma scales the height only
         model = np.sqrt(inside)[None, :] / (np.pi * sigma**2)  # (s, g)
-        return np.square(model - density).sum(axis=1)
+        return np.square(model - density).sum(axis=1), np.zeros(sigma.shape[0]), np.full(sigma.shape[0], np.nan)
     b = (sigma * (1 + np.sqrt(1 / q))) ** 2  # (s, 1) bulk edges
     a = (sigma * (1 - np.sqrt(1 / q))) ** 2
     support = (b - grid) * (grid - a)  # (s, g), > 0 inside the bulk
     with np.errstate(divide="ignore", invalid="ignore"):
         model = np.where(support > 0, np.sqrt(np.clip(support, 0, None)) / (2 * np.pi * sigma**2 * grid / q), 0.0)
-    peak, top = grid[np.argmax(density)], grid.max()
-    missed = ((b < peak) | (b > top) | (a > peak))[:, 0]
-    sse = np.square(model - density).sum(axis=1)
+    return np.square(model - density).sum(axis=1), a[:, 0], b[:, 0]
+
+
+def _mp_penalised(sse: np.ndarray, a: np.ndarray, b: np.ndarray, grid: np.ndarray, peak: float) -> np.ndarray:
+    """WW's resid_mp from _mp_terms: 1000 per grid point where the bulk [a, b] misses the
+    estimate's peak (the grid point `peak`) or ends past its last point. (s,) -> (s,)"""
+    missed = (b < peak) | (b > grid.max()) | (a > peak)  # all False for the quarter circle (b NaN)
     return np.where(missed, 1000.0**2 * grid.size, sse)
+
+
+def _mp_residual(sigma, grid: np.ndarray, density: np.ndarray, q: float, peak: float) -> np.ndarray:
+    """WeightWatcher's resid_mp of each sigma (_mp_terms, _mp_penalised). sigma: (s,) -> (s,)"""
+    return _mp_penalised(*_mp_terms(sigma, grid, density, q), grid, peak)
 
 
 @dataclass(frozen=True)
@@ -194,10 +224,59 @@ class MarchenkoPasturFit:
     bulk_max: float  # lambda_plus = (sigma (1 + Q^-1/2))^2, rescaled units
     lambda_max: float  # the largest eigenvalue, rescaled units
     softrank: float  # bulk_max / lambda_max
+    margin: float  # how decisively its discrete choices were made (relative gap, at most MP_SEARCH)
+
+
+def _descent_basins(values: np.ndarray) -> np.ndarray:
+    """Per point of a sequence, the local minimum that steps to a strictly lower neighbour reach
+    from it (its index): points of one basin polish to the same minimum. # (s,) -> (s,)"""
+    index = np.arange(values.size)
+    left, right = np.r_[np.inf, values[:-1]], np.r_[values[1:], np.inf]
+    # one step to the lower of the two neighbours, where it is lower than here
+    target = np.where(np.minimum(left, right) < values, np.where(left <= right, index - 1, index + 1), index)
+    for _ in range(values.size):  # follow the steps to their ends
+        following = target[target]
+        if np.array_equal(following, target):
+            break
+        target = following
+    return target
+
+
+def _mp_margin(terms, candidates, start: int, sigma: float, polish, grid, density, q: float, peak: int) -> float:
+    """mp_softrank_margin (module docstring) of a fit that started its polish at candidates[start]
+    with the density's peak at grid[peak] and ended at `sigma`: 0 where the polish (`polish`:
+    start -> sigma) ends elsewhere from a start MP_NUDGE away; else the smaller relative gap by
+    which the start (against the best candidate of another basin of the residual) and the peak
+    (against the densest other grid point that, as the peak, moves the edges of the admissible
+    sigmas into those the polish explores, or the start to another basin) were chosen, at most
+    MP_SEARCH. terms: _mp_terms of the candidates."""
+    if any(abs(polish(candidates[start] * shift) - sigma) > MP_MOVED * sigma for shift in (1 - MP_NUDGE, 1 + MP_NUDGE)):
+        return 0.0  # the polish's own path decides: the noise of the eigenvalues moves its start by about that
+    residuals = _mp_penalised(*terms, grid, grid[peak])
+    basins = _descent_basins(residuals)
+    others = residuals[basins != basins[start]]
+    margin = min(MP_SEARCH, float((others.min() - residuals[start]) / residuals[start])) if others.size else MP_SEARCH
+    if q == 1:  # the quarter circle's residual does not read the peak
+        return margin
+    lo, hi = (1 - MP_EXPLORED) * min(candidates[start], sigma), (1 + MP_EXPLORED) * max(candidates[start], sigma)
+    r = 1 / np.sqrt(q)
+    chosen = np.sqrt(grid[peak]) / np.array([1 + r, 1 - r])  # the sigmas whose bulk covers the peak: a <= peak <= b
+    for j in np.argsort(-density, kind="stable"):
+        gap = float((density[peak] - density[j]) / density[peak])
+        if gap >= margin:
+            break
+        if j == peak:
+            continue
+        edges = np.sqrt(grid[j]) / np.array([1 + r, 1 - r])
+        crosses = ((np.minimum(edges, chosen) < hi) & (np.maximum(edges, chosen) > lo) & (edges != chosen)).any()
+        if crosses or basins[int(np.argmin(_mp_penalised(*terms, grid, grid[j])))] != basins[start]:
+            return gap
+    return margin
 
 
 def fit_marchenko_pastur(evals, n: int, m: int) -> MarchenkoPasturFit:
-    """WeightWatcher's mp_fit of the m eigenvalues of an n x m matrix's ESD (module docstring)."""
+    """WeightWatcher's mp_fit of the m eigenvalues of an n x m matrix's ESD (module docstring),
+    with the margin of its discrete choices (_mp_margin)."""
     from scipy import optimize
 
     q = n / m
@@ -210,12 +289,19 @@ def fit_marchenko_pastur(evals, n: int, m: int) -> MarchenkoPasturFit:
     grid, density = grid[keep], density[keep]
     scale = np.sqrt(x.max()) / (1 + 1 / np.sqrt(q))  # WW's calc_sigma on the rescaled eigenvalues
     candidates = np.arange(0.05 * scale, 2.0 * scale, 0.01 * scale)  # scipy.optimize.brute's grid of a slice
-    start = candidates[int(np.argmin(_mp_residual(candidates, grid, density, q)))]
-    sigma = float(optimize.fmin(lambda s: float(_mp_residual(s, grid, density, q)[0]), np.array([start]),
-                                disp=False)[0])  # brute's default finish, polished from the grid's best
+    peak = int(np.argmax(density))
+    terms = _mp_terms(candidates, grid, density, q)
+    start = int(np.argmin(_mp_penalised(*terms, grid, grid[peak])))
+
+    def polish(first: float) -> float:  # brute's default finish, from the grid's best
+        return float(optimize.fmin(lambda s: float(_mp_residual(s, grid, density, q, grid[peak])[0]), np.array([first]),
+                                   disp=False)[0])
+
+    sigma = polish(candidates[start])
     bulk_max = (sigma * (1 + 1 / np.sqrt(q))) ** 2
     return MarchenkoPasturFit(sigma=sigma, bulk_max=float(bulk_max), lambda_max=float(x.max()),
-                              softrank=float(bulk_max / x.max()))
+                              softrank=float(bulk_max / x.max()),
+                              margin=_mp_margin(terms, candidates, start, sigma, polish, grid, density, q, peak))
 
 
 # ---------------------------------------------------------------- one matrix
@@ -318,7 +404,7 @@ def spectral_diagnostics(evals: np.ndarray, n: int, m: int) -> tuple[dict[str, f
         condition_number=float(s[-1] / s[0]) if s[0] > 0 else math.inf,
     )
     marchenko = fit_marchenko_pastur(lam, n, m)
-    row.update(mp_softrank=marchenko.softrank, mp_sigma=marchenko.sigma)
+    row.update(mp_softrank=marchenko.softrank, mp_sigma=marchenko.sigma, mp_softrank_margin=marchenko.margin)
     fit = fit_power_law(lam)
     if isinstance(fit, str):
         return row, fit
@@ -435,4 +521,32 @@ def read_diagnostics(path, check_path: bool = True) -> tuple[dict[str, np.ndarra
             i = int(np.argmax(bad))
             raise corrupt(path, f"`{key}` of {arrays['name'][i]} (layer {arrays['layer'][i]}) is {values[i]} "
                                 f"with status {arrays['status'][i]!r}")
+    _check_bounds(path, arrays, attrs)
     return arrays, attrs
+
+
+def _check_bounds(path, arrays: dict, attrs: dict) -> None:
+    """Every value within what its quantity can be (module docstring; m = min(rows, cols)):
+    IntegrityError naming the file, the dataset, the matrix, the value and the rule."""
+    where = f"{attrs.get('model')}@{attrs.get('revision')}"
+    labels = [f"{name} (layer {layer})" for name, layer in zip(arrays["name"], arrays["layer"])]
+    m = np.minimum(arrays["rows"], arrays["cols"]).astype(np.float64)
+    inf = math.inf
+    bounds = {  # name: (low, high, why)
+        "layer": (0, inf, "a block index"), "rows": (1, inf, "a count"), "cols": (1, inf, "a count"),
+        "alpha": (1, inf, "a fitted exponent > 1"), "alpha_sigma": (0, inf, "a standard error"),
+        "alpha_D": (0, 1, "a Kolmogorov-Smirnov distance"), "alpha_D_margin": (0, 1, "the next best D minus the least"),
+        "alpha_xmin": (WW_EVALS_THRESHOLD, inf, "an eigenvalue above WeightWatcher's threshold"),
+        "alpha_n": (2, m, "a tail of 2 to min(rows, cols) eigenvalues"),
+        "stable_rank": (1, m, "a stable rank is in [1, min(rows, cols)]"),
+        "mp_softrank": (0, inf, "a ratio of eigenvalues"), "lambda_max": (0, inf, "an eigenvalue of W^T W"),
+        "per": (1 / m, 1, "exp(entropy) / min(rows, cols) is in [1 / min(rows, cols), 1]"),
+        "gini": (0, 1, "a Gini coefficient"), "hoyer": (0, 1, "Hoyer's sparsity"),
+        "condition_number": (1, inf, "s_max / s_min >= 1"), "frobenius_norm": (arrays["spectral_norm"], inf,
+                                                                                "||W||_F >= ||W||_2"),
+        "spectral_norm": (0, inf, "a norm"), "nuclear_norm": (arrays["frobenius_norm"], inf, "||W||_* >= ||W||_F"),
+        "max_abs": (0, inf, "a magnitude"),
+    }
+    for name, (low, high, why) in bounds.items():  # NaN where documented: checked above
+        check_bounds(path, where, name, arrays[name], low, high, why, labels=labels, nan=True,
+                     posinf=name == "condition_number", tolerance=1e-6)

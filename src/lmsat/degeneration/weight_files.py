@@ -34,11 +34,12 @@ the tables and listed in the identical-weights table, so figures can draw them a
 from __future__ import annotations
 
 import logging
+import math
 from concurrent.futures import Future
 
 import numpy as np
 
-from lmsat.core.checked_hdf5 import read_checked_hdf5, write_checked_hdf5
+from lmsat.core.checked_hdf5 import check_bounds, read_checked_hdf5, write_checked_hdf5
 from lmsat.core.integrity import BOUNDS, check_values
 from lmsat.core.io import check_identity, promised_by_path
 
@@ -184,9 +185,19 @@ def read_spectrum(path, check_path: bool = True) -> tuple[np.ndarray, dict]:
 
 def read_attention(path, check_path: bool = True) -> tuple[dict[str, np.ndarray], dict]:
     """Arrays ("{kind}/{name}") and attributes of an attention file, made for the model and
-    revision its path names (check_path)."""
+    revision its path names (check_path), each scalar within what it can be (lmsat.degeneration.attention)."""
     keys = tuple(f"{kind}/{name}" for kind in ATTENTION_KINDS for name in ("singular_values", *ATTENTION_SCALARS))
     arrays, attrs = _read(path, keys)
+    where = f"{attrs.get('model')}@{attrs.get('revision')}"
+    for kind in ATTENTION_KINDS:
+        width = arrays[f"{kind}/singular_values"].shape[-1]  # min(d, d_head): the product's rank at most
+        for name, (low, high, why) in {
+            "effective_rank": (1, width, f"exp(entropy) of {width} singular values is in [1, {width}]"),
+            "stable_rank": (1, width, f"a stable rank of {width} singular values is in [1, {width}]"),
+            "nuclear_norm": (0, math.inf, "a norm"), "nuclear_ratio": (0, 1, "||A B^T||_* <= (||A||_F^2 + ||B||_F^2) / 2"),
+            "balance_gap": (0, math.inf, "a norm ratio"),
+        }.items():
+            check_bounds(path, where, f"{kind}/{name}", arrays[f"{kind}/{name}"], low, high, why, tolerance=1e-6)
     _check_checkpoint(path, attrs, check_path)
     return arrays, attrs
 

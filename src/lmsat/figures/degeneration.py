@@ -235,5 +235,10 @@ def plot_effective_rank(table: pd.DataFrame, paths):
         log_axis(ax, "x")
         ax.set_xlabel("training tokens")
         ax.set_ylabel(ylabel)
-    axes[0].legend(fontsize=7)
+    styles = [plt.Line2D([], [], color="0.3", marker="o", ms=3, label="effective rank as is"),
+              plt.Line2D([], [], color="0.3", ls="--", lw=1, label="effective rank centred (mean row removed)")]
+    handles, _ = axes[0].get_legend_handles_labels()
+    # under the panels: beside the models, what solid and dashed are (a legend in the panel covers its curves)
+    fig.legend(handles=[*handles, *styles], loc="outside lower center", ncol=min(len(handles) + 2, 4), fontsize=7,
+               frameon=False)
     return save_figure(fig, paths)

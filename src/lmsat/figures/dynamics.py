@@ -18,6 +18,9 @@ from lmsat.figures.style import colours, in_table_order, label_grid, log_axis, n
 
 DYNAMICS = "Training dynamics"  # short: the report's menu widens to its longest category
 HEAD = "head"  # the LM head's matrix name (lmsat.degeneration.weight_diagnostics.HEAD)
+# column -> (its margin's column, the margin from which it is reproducible on another CPU):
+# lmsat.degeneration.weight_diagnostics.REPRODUCIBLE (not imported: it brings h5py at DAG time)
+REPRODUCIBLE = {"alpha": ("alpha_D_margin", 0.02), "mp_softrank": ("mp_softrank_margin", 0.01)}
 
 
 @figure("representation_similarity", tables=("representation_similarity",), target="representation_similarity",
@@ -53,17 +56,44 @@ def plot_representation_similarity(similarity: pd.DataFrame, paths):
     return save_figure(fig, paths)
 
 
+def reproducible(table: pd.DataFrame, column: str) -> pd.Series | None:
+    """Per row, whether its `column` is reproducible on another CPU: its fit's margin at least
+    REPRODUCIBLE's (a fit chosen by less may choose otherwise there); None for a column without
+    a margin, or a table without it."""
+    if column not in REPRODUCIBLE or REPRODUCIBLE[column][0] not in table:
+        return None
+    margin, least = REPRODUCIBLE[column]
+    return table[margin] >= least
+
+
 def _along_training(ax, table: pd.DataFrame, column: str, models, palette) -> None:
-    """Per model: the LM head's `column` (solid) and its median over the blocks' matrices
-    (dashed), along training; NaN values (documented by their status) left out."""
+    """Per model: the LM head's `column` (solid; a hollow marker where its fit is not
+    reproducible, `reproducible`) and its median over the blocks' matrices (dashed), along
+    training; NaN values (documented by their status) left out."""
     for model in models:
         rows = table[(table["model"] == model) & (table["tokens"] > 0)]
         head = rows[rows["matrix"] == HEAD].sort_values("tokens")
         blocks = rows[rows["matrix"] != HEAD].groupby("tokens")[column].median().sort_index()
-        ax.plot(head["tokens"], head[column], "o-", ms=2.5, lw=1.3, color=palette[model], label=model)
+        solid = reproducible(head, column)
+        solid = pd.Series(True, index=head.index) if solid is None else solid
+        ax.plot(head["tokens"], head[column], "-", lw=1.3, color=palette[model], label=model)
+        ax.plot(head["tokens"][solid], head[column][solid], "o", ms=2.5, color=palette[model])
+        ax.plot(head["tokens"][~solid], head[column][~solid], "o", ms=3.5, mfc="white", mec=palette[model], mew=1.0)
         ax.plot(blocks.index, blocks.to_numpy(), "--", lw=1.0, color=palette[model])
     log_axis(ax, "x")
     ax.grid(alpha=0.3)
+
+
+def reproducibility_note(table: pd.DataFrame) -> str:
+    """How many fits of the table are not reproducible on another CPU, per column with a margin."""
+    parts = []
+    for column, (margin, least) in REPRODUCIBLE.items():
+        flags = reproducible(table, column)
+        if flags is None:
+            continue
+        fitted = table[column].notna()
+        parts.append(f"{column} for {int((~flags & fitted).sum())} of {int(fitted.sum())} fits ({margin} < {least:g})")
+    return ("; not reproducible on another CPU (hollow: the head's): " + ", ".join(parts)) if parts else ""
 
 
 def _panels(table: pd.DataFrame, panels, paths, footnote: str):
@@ -87,13 +117,15 @@ def _panels(table: pd.DataFrame, panels, paths, footnote: str):
         title="Weight spectra: power-law alpha, stable rank, MP soft rank (WeightWatcher)")
 def plot_weight_alpha(table: pd.DataFrame, paths):
     """WeightWatcher's alpha, stable rank and MP soft rank along training: the LM head
-    (solid) and the median over every block's linear layers (dashed), a colour per model."""
+    (solid) and the median over every block's linear layers (dashed), a colour per model; the
+    head's alpha and soft rank hollow where their fit is not reproducible on another CPU
+    (reproducible), and the footnote counting such fits among all (reproducibility_note)."""
     panels = [("alpha", "power-law alpha", "linear"), ("stable_rank", "stable rank", "log"),
               ("mp_softrank", "MP soft rank", "linear")]
     fitted = table["alpha_n"].dropna()
     footnote = ("solid: LM head; dashed: median over the blocks' linear layers. alpha fitted on the top "
                 f"{int(fitted.min()) if len(fitted) else 0}-{int(fitted.max()) if len(fitted) else 0} eigenvalues "
-                "(alpha_n; tables/weight_alpha.csv, with alpha_sigma and alpha_D)")
+                f"(alpha_n){reproducibility_note(table)}. tables/weight_alpha.csv, with alpha_sigma and alpha_D")
     return _panels(table, panels, paths, footnote)
 
 

@@ -1,8 +1,9 @@
 """Legends and labels off the data and the ticks, in every figure: save_figure calls keep_clear,
-tests/test_figure_legibility.py checks collisions on every registered figure.
+tests/test_figure_legibility.py checks collisions and sparse log axes on every registered figure.
 
     keep_clear(fig)          # move each legend and point label that covers something
     assert not collisions(fig), collisions(fig)   # what covers what, by name
+    assert not sparse_log_axes(fig)               # every log axis labels two ticks or more
 
 Data are what a plot draws: every vertex of a line and points along its segments (reference
 lines such as axhline and axvline too: a label on one hides what it marks), every scatter
@@ -208,6 +209,35 @@ def collisions(fig, renderer=None) -> list[str]:
         clashes += [f"{name} covers {named[j][0]}" for j in np.flatnonzero(_hits(box, furniture_boxes))]
         clashes += [f"{name} covers {found[j][0]}" for j in np.flatnonzero(_hits(box, label_boxes)) if j > i]
     return clashes
+
+
+MIN_LOG_LABELS = 2  # a log axis is read from the ratio of two labelled ticks
+LABEL_PITCH = 2.5  # a tick label's room along its axis, in font sizes (the label and a gap)
+
+
+def sparse_log_axes(fig, renderer=None) -> list[str]:
+    """Every log axis of `fig` that draws tick labels (not one whose labels are off, as a shared
+    axis's inner panels) but fewer than MIN_LOG_LABELS in view, where its length holds that many:
+    one label does not say how far a factor of ten is. Empty when every log axis reads."""
+    renderer = renderer or render(fig)
+    found = []
+    for index, ax in enumerate(fig.axes):
+        if not ax.get_visible():
+            continue
+        for name, axis in (("x", ax.xaxis), ("y", ax.yaxis)):
+            if axis.get_scale() != "log":
+                continue
+            params = axis.get_tick_params(which="major")
+            if not any(params.get(key) for key in ("labelbottom", "labeltop", "labelleft", "labelright")):
+                continue  # its labels are off by design
+            box = ax.get_window_extent(renderer)
+            length = box.width if name == "x" else box.height
+            size = axis.get_major_ticks(1)[0].label1.get_size() * fig.dpi / 72  # px
+            labels = [text for text, _ in tick_labels(axis, renderer)]
+            if len(labels) < MIN_LOG_LABELS and length >= MIN_LOG_LABELS * LABEL_PITCH * size:
+                title = ax.get_title(loc="left") or ax.get_title() or f"axes {index}"
+                found.append(f"{title}: log {name} axis ({axis.get_label_text() or 'unlabelled'}) labels {labels}")
+    return found
 
 
 def _clear(box: np.ndarray, obstacles: np.ndarray, frame=None) -> bool:

@@ -121,8 +121,12 @@ def shared_legend(fig, axes, **kwargs):
 
 
 def note(fig, text: str) -> None:
-    """A grey footnote under the figure."""
-    fig.text(0.01, -0.01, text, fontsize=7, color="0.35", ha="left", va="top")
+    """A grey footnote under the figure, in lines no wider than the figure (a 7-pt character is
+    about 3.5 pt wide)."""
+    import textwrap
+
+    width = max(40, int(fig.get_figwidth() * 72 / 3.6))
+    fig.text(0.01, -0.01, textwrap.fill(text, width), fontsize=7, color="0.35", ha="left", va="top")
 
 
 def log_axis(ax, which: str = "x") -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 from lmsat.checkpoints import trainer_runs
 from lmsat.checkpoints.loading import context_length as context_length  # lmsat init reads a checkpoint's context
 from lmsat.core.names import PATH_NAME_PATTERN as PATH_NAME_PATTERN  # the schema's pattern of names
+from lmsat.core.names import checkpoint_path
 from lmsat.errors import ConfigError
 from lmsat.planning.model_entries import expand_revisions
 
@@ -81,8 +82,26 @@ def resolve_local_runs(config: dict) -> dict:
                 model["revisions"] = _discovered(spec, spec_key, model, key)
                 spec, spec_key = model["revisions"], f"{key}.revisions"
             revisions, _ = expand_revisions(spec, suite, config, spec_key)
-            _fill_architecture(model, key, [Path(model["id"]) / r for r in revisions])
+            _fill_architecture(model, key, [checkpoint_path(model["id"], r) for r in revisions])
     return config
+
+
+def steps_per_epoch(models) -> dict[str, float]:
+    """model -> optimizer steps per epoch of its training data, for each local model whose
+    checkpoints' trainer_state.json records it (lmsat.checkpoints.trainer_runs.steps_per_epoch;
+    the latest checkpoint that does): past one epoch the data repeat, and a held-out loss that
+    climbs is then likely overfitting (lmsat.products.saturation_tables.implausible_notes).
+    models: the plan's entries (lmsat.core.plan.ModelEntry)."""
+    found = {}
+    for name, entry in models.items():
+        if entry.source != "local":
+            continue
+        for revision in sorted(entry.revisions, key=entry.step, reverse=True):
+            value = trainer_runs.steps_per_epoch(Path(entry.id) / revision)
+            if value:
+                found[name] = value
+                break
+    return found
 
 
 def _discovered(spec: dict, spec_key: str, model: dict, key: str) -> dict:
@@ -106,8 +125,13 @@ def _discovered(spec: dict, spec_key: str, model: dict, key: str) -> dict:
             f"(found by discover: {pattern!r} in {folder})",
             f"set step_regex: '{suggestion}' (its first group is the step)" if suggestion else "list the steps in `steps`",
         )
+    mixed = trainer_runs.mixed_layouts(found)
+    if mixed:  # two trainers' formats in one folder: which one is the run is the user's to say
+        listed = "; ".join(f"{kind}: {', '.join(names[:3])}" for kind, names in sorted(mixed.items()))
+        raise ConfigError(f"{spec_key}.discover", f"{pattern!r} finds the saved steps of {len(mixed)} formats in {folder} "
+                          f"({listed})", "move each format's checkpoints into a run folder of its own (one model each)")
     if not found.revisions:
-        others = sorted(p.name for p in folder.iterdir() if p.is_dir() and trainer_runs.is_checkpoint(p, model["allow_pickle"]))
+        others = sorted(p.name for p in folder.iterdir() if trainer_runs.is_checkpoint(p, model["allow_pickle"]))
         seen = f"; checkpoint directories there: {', '.join(others[:5])}" if others else "; it holds no checkpoint directory"
         if found.incomplete:
             seen += f"; matched but without config.json and safetensors weights (yet): {', '.join(found.incomplete[:5])}"
@@ -131,15 +155,24 @@ def _discovered(spec: dict, spec_key: str, model: dict, key: str) -> dict:
 def _fill_architecture(model: dict, key: str, directories: list[Path]) -> None:
     """Fill `model`'s hidden_size, num_layers, vocab_size and tied_head from its checkpoints'
     config.json, or check the values it gives; every checkpoint must state the same ones."""
+    from lmsat.errors import ModelLoadError
+
     stated: dict = {}
     for directory in directories:
         path = directory / "config.json"
-        if not path.is_file():
+        if trainer_runs.layout(directory) not in (None, "transformers"):  # another trainer's saved step
+            path = directory
+            try:
+                found = trainer_runs.architecture(trainer_runs.read_config(directory))
+            except ModelLoadError as error:  # its architecture file missing, or not converted: named there
+                raise ConfigError(f"{key}.id", str(error), "see the message") from None
+        elif not path.is_file():
             continue  # models reports the missing file
-        try:
-            found = trainer_runs.architecture(json.loads(path.read_text()))
-        except ValueError as error:
-            raise ConfigError(f"{key}.id", f"{path} is unreadable ({error})", "save the checkpoint again") from None
+        else:
+            try:
+                found = trainer_runs.architecture(json.loads(path.read_text()))
+            except ValueError as error:
+                raise ConfigError(f"{key}.id", f"{path} is unreadable ({error})", "save the checkpoint again") from None
         for field, value in found.items():
             if field in stated and stated[field][0] != value:
                 raise ConfigError(

@@ -18,12 +18,13 @@ from lmsat.core.names import PATH_NAME_PATTERN as PATH_NAME_PATTERN  # the schem
 from lmsat.core.names import check_path_name
 from lmsat.core.plan import Plan
 from lmsat.planning.config_files import load_yaml, validate_config
-from lmsat.planning.discovery import offline_defaults, resolve_local_runs
+from lmsat.planning.discovery import offline_defaults, resolve_local_runs, steps_per_epoch
 from lmsat.planning.model_entries import by_size, model_entries, planned_around
 from lmsat.planning.refusals import (
     check_references,
     check_scaling_plan,
     check_sections,
+    check_stored_dtypes,
     drop_sections_without_their_metrics,
     published_suites,
     refuse_ambiguous_plan,
@@ -44,13 +45,17 @@ def _canonical(value, keep_order: bool = False):
 
 
 def load_plan(config: dict, schema: str | Path | dict, default_run: str = "default",
-              config_dir: str | Path | None = None) -> Plan:
+              config_dir: str | Path | None = None, folders=None) -> Plan:
     """Validate `config` against the schema (a dict or its YAML file), fill defaults, check
     references, expand. `default_run` names the run when the config does not (the stem of
     its config file); `config_dir`, the directory of that file, is where relative paths of
-    pins files (`revisions.pins`, lmsat.checkpoints.pins) are read from (None: the working directory)."""
+    pins files (`revisions.pins`, lmsat.checkpoints.pins) are read from (None: the working directory).
+    A local model's or tokenizer's id that is a storage URL is read through `folders`
+    (lmsat.planning.bucket_runs; None: S3 with the environment's endpoint and credentials)."""
+    from lmsat.planning.bucket_runs import plan_with_mirrors
+
     with pins.relative_to(config_dir):
-        return _load_plan(config, schema, default_run)
+        return plan_with_mirrors(config, lambda mirrored: _load_plan(mirrored, schema, default_run), folders)
 
 
 def _load_plan(config: dict, schema: str | Path | dict, default_run: str) -> Plan:
@@ -65,6 +70,7 @@ def _load_plan(config: dict, schema: str | Path | dict, default_run: str) -> Pla
     # (local runs, the selection, the entries) sees only the checkpoint suites.
     published = published_suites(config)
     config = dict(config, suites={n: s for n, s in config["suites"].items() if n not in published})
+    check_stored_dtypes(config, published)
     config = resolve_local_runs(config)  # discovered revisions, before a selection cuts them
     whole = config
     config = select(whole)
@@ -85,4 +91,5 @@ def _load_plan(config: dict, schema: str | Path | dict, default_run: str) -> Pla
         unselected["suites"] = {name: s for name, s in unselected["suites"].items() if s["models"]}
         trained = model_entries(unselected)
     config["suites"] = {**config["suites"], **published}
-    return Plan(config=config, models=by_size(models), trained=trained, notes=tuple(notes))
+    return Plan(config=config, models=by_size(models), trained=trained, notes=tuple(notes),
+                steps_per_epoch=steps_per_epoch(models))

@@ -3,7 +3,6 @@ from a schedule, pinned to commits, or discovered) and steps, its weight files; 
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from pathlib import Path
@@ -13,9 +12,9 @@ from lmsat.checkpoints.loading import check_context
 from lmsat.checkpoints.loading import context_length as context_length  # lmsat init reads a checkpoint's context
 from lmsat.core import schedules
 from lmsat.core.names import PATH_NAME_PATTERN as PATH_NAME_PATTERN  # the schema's pattern of names
-from lmsat.core.names import check_path_name
+from lmsat.core.names import check_path_name, checkpoint_path
 from lmsat.core.plan import ModelEntry
-from lmsat.errors import ConfigError
+from lmsat.errors import ConfigError, ModelLoadError
 
 TOY_ORG = "lmsat-toy"
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
@@ -182,6 +181,8 @@ def _step_regex_suggestion(names: list[str], step_regex: str) -> str:
 
 
 def _check_local_weights(directory: Path, allow_pickle: bool, key: str) -> None:
+    if trainer_runs.layout(directory) not in (None, "transformers"):  # another trainer's saved step: read at load
+        return
     if not directory.is_dir():
         raise ConfigError(key, f"local model directory {directory} does not exist", "fix the path or build it first")
     if not (directory / "config.json").is_file():
@@ -234,11 +235,12 @@ def model_entries(config: dict) -> dict[str, ModelEntry]:
                 commits = tuple(table[r][1] for r in revisions)
             if source == "local":
                 for revision in revisions:
-                    _check_local_weights(Path(model_id) / revision, model["allow_pickle"], f"{key}.id")
-                config_json = Path(model_id) / revisions[0] / "config.json"
+                    _check_local_weights(checkpoint_path(model_id, revision), model["allow_pickle"], f"{key}.id")
+                first = checkpoint_path(model_id, revisions[0])
+                config_json = first / "config.json" if trainer_runs.layout(first) == "transformers" else first
                 try:
-                    model_config = json.loads(config_json.read_text())
-                except (OSError, ValueError) as error:
+                    model_config = trainer_runs.read_config(first)
+                except (OSError, ValueError, ModelLoadError) as error:
                     raise ConfigError(f"{key}.id", f"{config_json} is unreadable ({error})", "save the model again") from None
                 check_context(config["sample"]["seq_len"], model_config, f"model {name} ({config_json})")
             elif source == "toy":  # the toy suite's models are built with a context of toy.seq_len

@@ -4,7 +4,6 @@ made; each a ConfigError naming the key and the fix, or a note of what the plan 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from lmsat.checkpoints.loading import context_length as context_length  # lmsat init reads a checkpoint's context
@@ -189,7 +188,7 @@ def refuse_ambiguous_plan(config: dict, models: dict[str, ModelEntry]) -> None:
     """Plans whose tables would be wrong without an error: two revisions of a model at one
     step, one checkpoint analysed as two models, a sample with no standard error."""
     _refuse_duplicate_steps(config, models)
-    _refuse_shared_weights(models)
+    _refuse_shared_weights(config, models)
     _refuse_tiny_sample(config["sample"])
 
 
@@ -217,11 +216,11 @@ def _refuse_duplicate_steps(config: dict, models: dict[str, ModelEntry]) -> None
             seen[step] = revision
 
 
-def _refuse_shared_weights(models: dict[str, ModelEntry]) -> None:
+def _refuse_shared_weights(config: dict, models: dict[str, ModelEntry]) -> None:
     """Two models (or two revisions) reading one checkpoint: local revisions that resolve to
     the same directory or weights file (symbolic links included), or one hub id at one
-    revision twice (hub ids are case-insensitive). Its rows would count twice, in the
-    scaling fit too."""
+    revision twice (hub ids are case-insensitive), a pinned revision compared by the commit
+    its pins file resolves it to. Its rows would count twice, in the scaling fit too."""
     owners: dict[tuple[str, str], tuple[ModelEntry, str]] = {}
     for model in models.values():
         for revision in model.revisions:
@@ -232,17 +231,23 @@ def _refuse_shared_weights(models: dict[str, ModelEntry]) -> None:
                 if weights:  # a weights file linked from another model's directory
                     places.append((("file", str(weights[0].resolve())), f"weights file {weights[0].resolve()}"))
             elif model.source == "hub":
-                places = [(("hub", f"{model.id.casefold()}@{revision}"), f"hub checkpoint {model.id} at revision {revision}")]
+                # a pinned revision reaches the hub as its commit: two steps pinned to one commit
+                # (a pasted pins row, half edited) would fetch one checkpoint twice
+                resolved = model.hub_revision(revision)
+                at = f"commit {resolved}" if resolved != revision else f"revision {revision}"
+                places = [(("hub", f"{model.id.casefold()}@{resolved}"), f"hub checkpoint {model.id} at {at}")]
             else:
                 continue
             for place, shown in places:
                 if place in owners:
                     other, other_revision = owners[place]
                     raise ConfigError(
-                        f"{model.key}.id",
+                        f"{_revisions_key(config, model)}.pins" if model.commits else f"{model.key}.id",
                         f"{'revisions' if other.name == model.name else 'models'} {other.name}@{other_revision} and "
-                        f"{model.name}@{revision} read the same {shown}, so one checkpoint would be tabulated twice",
-                        "remove the duplicate (or point each model and revision to its own checkpoint)",
+                        f"{model.name}@{revision} read the same {shown} (steps {other.step(other_revision)} and "
+                        f"{model.step(revision)}), so one checkpoint would be tabulated twice",
+                        "remove the duplicate (or point each model and revision to its own checkpoint; "
+                        "a pins file gives each step the commit that holds it)",
                     )
                 owners[place] = (model, revision)
 
@@ -289,6 +294,16 @@ def published_suites(config: dict) -> dict[str, dict]:
     return published
 
 
+def check_stored_dtypes(config: dict, published: dict[str, dict]) -> None:
+    """Each suite `fetch.stored_dtype` names is one of the config's checkpoint suites (a
+    misspelt name would leave that suite's downloads sized by fetch.bytes_per_param)."""
+    for name in config["fetch"]["stored_dtype"]:
+        if name not in config["suites"]:
+            kind = "is EleutherAI's published record, which downloads no checkpoint" if name in published else "is no suite"
+            raise ConfigError(f"fetch.stored_dtype.{name}", f"{name!r} {kind}",
+                              f"name a checkpoint suite of this config: {', '.join(config['suites']) or 'none'}")
+
+
 def check_scaling_plan(config: dict, models: dict[str, ModelEntry]) -> list[str]:
     """The Fig. 1b fit needs two model sizes with N >= scaling.min_params: decided at
     planning where the sizes are known (n_params, or a local checkpoint's config.json of any
@@ -326,10 +341,13 @@ def _local_parameter_count(model: ModelEntry, kind: str) -> int:
     lmsat.saturation.scaling.FAMILY_COUNTS sizes (those of lmsat.checkpoints.adapters); 0: unknown."""
     if model.source != "local":
         return 0
-    path = Path(model.id) / model.final_revision / "config.json"
-    try:
-        model_config = json.loads(path.read_text())
-    except (OSError, ValueError):
+    from lmsat.checkpoints.trainer_runs import read_config
+    from lmsat.core.names import checkpoint_path
+    from lmsat.errors import ModelLoadError
+
+    try:  # config.json, or another trainer's saved step's converted config (lmsat.checkpoints.trainer_layouts)
+        model_config = read_config(checkpoint_path(model.id, model.final_revision))
+    except (OSError, ValueError, ModelLoadError):
         return 0
     from lmsat.saturation.scaling import config_parameter_counts
 

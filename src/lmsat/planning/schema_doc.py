@@ -98,6 +98,15 @@ def _table(rows) -> list[str]:
     return lines
 
 
+def registered_metrics() -> list[str]:
+    """The metrics a config may name, from the registry (lmsat.products.metrics), so the list cannot go stale."""
+    from lmsat.products.metrics import METRICS
+
+    lines = ["| metric | reads | what it measures |", "|---|---|---|"]
+    lines += [f"| `{name}` | {metric.reads} | {_cell(metric.description)} |" for name, metric in METRICS.items()]
+    return ["The registered metrics (`lmsat.products.metrics`):", "", *lines, ""]
+
+
 def config_readme(schema: dict) -> str:
     """The Markdown of config/README.md for `schema` (the config schema as a dict)."""
     lines = [INTRO]
@@ -105,6 +114,8 @@ def config_readme(schema: dict) -> str:
     for name, node in schema["properties"].items():
         (key, kind, default, text), *rest = list(_rows({name: node}, required, schema))
         lines += [f"## `{key}`", "", _cell(text), "", f"Type: {kind}." + (f" Default: {default}." if default else ""), ""]
+        if name == "metrics":
+            lines += registered_metrics()
         if rest:
             lines += _table(rest) + [""]
     for name, node in schema.get("$defs", {}).items():

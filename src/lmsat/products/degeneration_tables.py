@@ -5,6 +5,7 @@ diagnostics and the representation similarity between checkpoints."""
 from __future__ import annotations
 
 import logging
+import math
 
 import numpy as np
 
@@ -19,7 +20,15 @@ log = logging.getLogger(__name__)
 
 
 def anisotropy_from_records(files, needed: dict, model_order: list[str] | None, part: int) -> pd.DataFrame:
+    files = list(files)
     records = metric_records(files, ("anisotropy_layers", "anisotropy_last"))
+    for path, record in zip(files, records):  # the zero vectors left out: counts, one per layer
+        zero = {key: record[key] for key in ("zero_rows_layers", "zero_rows_last") if key in record}
+        where = f"{record['model']}@{record['revision']}"
+        check_values(path, where, zero, {"zero_rows_layers": (0, record["layer_sample"]), "zero_rows_last": (0, math.inf)})
+        if len(zero.get("zero_rows_layers", record["anisotropy_layers"])) != len(record["anisotropy_layers"]):
+            raise corrupt(path, f"{where}: `zero_rows_layers` has {len(zero['zero_rows_layers'])} entries for "
+                                f"{len(record['anisotropy_layers'])} layers")
     return anisotropy_tables(records, needed["loss"], model_order)[part]
 
 
@@ -37,16 +46,20 @@ def anisotropy_tables(
     """Tables of Fig. 2 (per layer) and Fig. 3 (last layer and loss along training).
 
     records: anisotropy metric records (RECORD_KEYS + anisotropy_layers, anisotropy_last,
-    n_layers, layer_sample, n_tokens); loss: results/tables/loss.csv (model, revision, loss);
-    model_order: row order of the models (the plan's), by name when None.
+    n_layers, layer_sample, n_tokens, zero_rows_layers, zero_rows_last); loss:
+    results/tables/loss.csv (model, revision, loss); model_order: row order of the models (the
+    plan's), by name when None. Each row's n_tokens counts the vectors measured, zero_rows the
+    zero vectors left out (no direction; a record from before they were counted had none:
+    that lmsat refused them).
     """
     if not records:
         raise ValueError("no anisotropy records to tabulate")
+    records = [{"zero_rows_layers": [0] * len(r["anisotropy_layers"]), "zero_rows_last": 0, **r} for r in records]
     per_checkpoint = in_model_order(flag_final(pd.DataFrame.from_records(records)), model_order, ["step"])
     rows = []
     for record in per_checkpoint.to_dict("records"):
         n_layers = record["n_layers"]
-        for layer, value in enumerate(record["anisotropy_layers"]):
+        for layer, (value, zero) in enumerate(zip(record["anisotropy_layers"], record["zero_rows_layers"])):
             rows.append(
                 {
                     **{k: record[k] for k in RECORD_KEYS},
@@ -55,11 +68,13 @@ def anisotropy_tables(
                     "n_layers": n_layers,
                     "relative_depth": layer / n_layers,
                     "anisotropy": value,
-                    "n_tokens": record["layer_sample"],
+                    "n_tokens": record["layer_sample"] - zero,
+                    "zero_rows": zero,
                 }
             )
     layers = pd.DataFrame.from_records(rows)
-    training = per_checkpoint[[*RECORD_KEYS, "is_final", "anisotropy_last", "n_tokens"]].merge(
+    per_checkpoint = per_checkpoint.rename(columns={"zero_rows_last": "zero_rows"})
+    training = per_checkpoint[[*RECORD_KEYS, "is_final", "anisotropy_last", "n_tokens", "zero_rows"]].merge(
         loss[["model", "revision", "loss", "loss_sem", "is_best"]], on=["model", "revision"], how="left"
     )
     missing = training[training["loss"].isna()]

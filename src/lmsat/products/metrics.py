@@ -48,6 +48,7 @@ from lmsat.products.degeneration_tables import (
     spectra_from_files,
     weight_diagnostics_from_files,
 )
+from lmsat.products.event_tables import SERIES_METRICS, event_order_from_records, event_prediction_from_records
 from lmsat.products.saturation_tables import loss_from_records, verdicts_from_records
 from lmsat.products.table_rows import scalars_from_records
 
@@ -61,11 +62,19 @@ class Table:
     row_provenance: bool = True  # each row records the lmsat source that computed it
     options: dict[str, str] = field(default_factory=dict)  # build keyword -> dotted config key
     # build keywords taken from the plan, not the config (FACTS): "vocab_sizes" {model: head
-    # rows V, 0 = unknown}, "gone" ["model@revision" measured but no longer on disk]
+    # rows V, 0 = unknown}, "gone" ["model@revision" measured but no longer on disk], "sizes"
+    # {model: its size, n_params or 12 L d^2: lmsat.core.plan.ModelEntry.size},
+    # "steps_per_epoch" {model: optimizer steps per epoch of its training data, where known}
     facts: tuple[str, ...] = ()
+    # other metrics whose per-checkpoint files the build reads, those the plan makes (build
+    # keyword files_of={metric: [paths]}); one not planned is left out, not an error
+    files_of: tuple[str, ...] = ()
+    # the training callback builds it too (lmsat.standalone.callback_files); False: a table of a
+    # whole run or of several models, the workflow's only (the order of events)
+    monitor: bool = True
 
 
-FACTS = ("vocab_sizes", "gone")
+FACTS = ("vocab_sizes", "gone", "sizes", "steps_per_epoch")
 
 
 @dataclass(frozen=True)
@@ -133,7 +142,22 @@ def table_metric() -> dict[str, str]:
         "saturation_verdicts": Table(
             verdicts_from_records,
             options={"alpha": "saturation.alpha", "min_checkpoints": "saturation.min_checkpoints"},
-            facts=("vocab_sizes", "gone"),
+            facts=("vocab_sizes", "gone", "steps_per_epoch"),
+        ),
+        # which comes first, each series' change of trend or the loss's rise (docs/event_order.md)
+        "event_order": Table(
+            event_order_from_records,
+            options={"alpha": "saturation.alpha", "min_checkpoints": "saturation.min_checkpoints"},
+            files_of=SERIES_METRICS,
+            monitor=False,
+        ),
+        "event_prediction": Table(
+            event_prediction_from_records,
+            options={"alpha": "saturation.alpha", "min_checkpoints": "saturation.min_checkpoints"},
+            facts=("sizes",),
+            files_of=SERIES_METRICS,
+            row_provenance=False,
+            monitor=False,
         ),
     },
 )
@@ -168,29 +192,61 @@ def anisotropy(cache) -> dict:
 
     `anisotropy_layers[i]` is hidden_states[i] (0 = embeddings, n_layers = the last layer,
     post final norm) over the k tokens of the layer subsample; `anisotropy_last` streams
-    every row of `hidden` (the same last layer, all n_seq x seq_len tokens) in float64.
+    every row of `hidden` (the same last layer, all n_seq x seq_len tokens) in float64, and
+    `anisotropy_last_influence` (n_seq,) is its derivative by each eval sequence's weight
+    (the linearised statistic a bootstrap of the sequences resamples: lmsat.saturation.event_order).
+
+    A zero vector has no direction, so no cosine: it is left out and counted
+    (`zero_rows_layers[i]`, `zero_rows_last`; `n_tokens` counts the vectors measured, and each
+    sequence's influence counts its non-zero vectors), and the log says so. A Llama with
+    pad_token_id = eos_token_id keeps that embedding row at zero (padding_idx), and the eval
+    sample joins its documents with that token: its layer-0 states there are zero. Fewer than
+    two non-zero vectors in a set is a ValueError.
     """
-    from lmsat.data.hidden_states import CacheError, iter_rows
-    from lmsat.degeneration.anisotropy import MeanCosineAccumulator, mean_pairwise_cosine
+    from lmsat.data.hidden_states import CacheError, cache_sequences, iter_rows
+    from lmsat.degeneration.anisotropy import MeanCosineAccumulator, mean_cosine_by_sequence, mean_cosine_influence
 
     layers = cache["layers"]  # (n_layers + 1, k, d)
-    per_layer = []
+    per_layer, zero_layers = [], []
     for i in range(layers.shape[0]):
         rows = np.asarray(layers[i], dtype=np.float64)  # (k, d)
         if not np.isfinite(rows).all():
             raise CacheError(f"{cache.filename}:layers[{i}] has NaN/Inf; delete the cache and rerun")
-        per_layer.append(mean_pairwise_cosine(rows))
-    hidden = cache["hidden"]  # (n_tokens, d)
-    last = MeanCosineAccumulator()
-    for block in iter_rows(hidden, rows=max(1, 2**23 // hidden.shape[1])):  # (m, d) float64, 64 MiB
-        last.update(block)
+        per_layer.append(_measured(MeanCosineAccumulator(skip_zero_rows=True).update(rows), f"layer {i}", cache))
+        zero_layers.append(per_layer[-1][1])
+    hidden = cache["hidden"]  # (n_seq * seq_len, d), sequence after sequence
+    n_seq, seq_len = cache_sequences(cache)
+    blocks = iter_rows(hidden, rows=seq_len * max(1, 2**23 // (hidden.shape[1] * seq_len)))  # (m, d), whole sequences
+    last, unit_sums, counts = mean_cosine_by_sequence(blocks, n_seq, seq_len, hidden.shape[1])
+    value_last, _ = _measured(last, "the last layer", cache)
+    if any(zero_layers) or last.n_skipped:
+        import logging
+
+        where = [f"layer {i}: {n} of {layers.shape[1]}" for i, n in enumerate(zero_layers) if n]
+        where += [f"last layer (all tokens): {last.n_skipped} of {hidden.shape[0]}"] if last.n_skipped else []
+        logging.getLogger(__name__).warning(
+            "%s@%s: anisotropy left out zero vectors, which have no direction (%s); each value is over the others "
+            "(columns zero_rows of the anisotropy tables). An embedding row kept at zero (padding_idx: e.g. "
+            "pad_token_id = eos_token_id, the token that joins the sample's documents) gives them",
+            cache.attrs.get("model", "?"), cache.attrs.get("revision", "?"), "; ".join(where))
     return {
-        "anisotropy_layers": per_layer,
-        "anisotropy_last": last.value,
+        "anisotropy_layers": [value for value, _ in per_layer],
+        "anisotropy_last": value_last,
+        "anisotropy_last_influence": mean_cosine_influence(unit_sums, counts).tolist(),
         "n_layers": layers.shape[0] - 1,
         "layer_sample": layers.shape[1],
         "n_tokens": last.n,
+        "zero_rows_layers": zero_layers,
+        "zero_rows_last": last.n_skipped,
     }
+
+
+def _measured(accumulator, where: str, cache) -> tuple[float, int]:
+    """(A(H), zero rows left out) of a filled accumulator, or a ValueError naming the set."""
+    if accumulator.n < 2:
+        raise ValueError(f"{cache.filename}: anisotropy of {where} needs at least 2 non-zero vectors; "
+                         f"{accumulator.n_skipped} of its {accumulator.n + accumulator.n_skipped} are zero")
+    return accumulator.value, accumulator.n_skipped
 
 
 @register(
@@ -208,24 +264,38 @@ def effective_rank(cache) -> dict:
     """Roy & Vetterli's effective rank exp(H(p)), p = s / sum(s), of the last-layer
     representations H (n_tokens, d) and of H with its mean row removed (the spread that
     anisotropy's common direction hides), and the singular entropy KL(p || uniform) of H
-    (as Fig. 5 for the head). Singular values from the float64 Gram H^T H, streamed."""
-    from lmsat.data.hidden_states import iter_rows
+    (as Fig. 5 for the head). Singular values from the float64 Gram H^T H, streamed.
+    `effective_rank_influence` (n_seq,): the effective rank's derivative by each eval
+    sequence's weight (a second pass projects every row on the Gram's eigenvectors), the
+    linearised statistic a bootstrap of the sequences resamples (lmsat.saturation.event_order)."""
+    from lmsat.data.hidden_states import cache_sequences, iter_rows
     from lmsat.degeneration.spectra import effective_rank as roy_vetterli
-    from lmsat.degeneration.spectra import singular_entropy
+    from lmsat.degeneration.spectra import effective_rank_influence, singular_entropy
 
-    hidden = cache["hidden"]  # (n_tokens, d)
+    hidden = cache["hidden"]  # (n_seq * seq_len, d), sequence after sequence
     d = hidden.shape[1]
+    n_seq, seq_len = cache_sequences(cache)
+    rows = seq_len * max(1, 2**23 // (d * seq_len))  # whole sequences, ~64 MiB of float64
     gram, total, n = np.zeros((d, d)), np.zeros(d), 0  # (d, d), (d,)
-    for block in iter_rows(hidden, rows=max(1, 2**23 // d)):  # (m, d) float64, 64 MiB
+    for block in iter_rows(hidden, rows=rows):  # (m, d) float64
         gram += block.T @ block
         total += block.sum(axis=0)
         n += block.shape[0]
     mean = total / n
     centered = gram - n * np.outer(mean, mean)  # (H - mean)^T (H - mean)
-    s = np.sqrt(np.clip(np.linalg.eigvalsh(gram)[::-1], 0, None))  # (d,) descending
+    eigenvalues, vectors = np.linalg.eigh(gram)  # ascending, (d,), (d, d)
+    s = np.sqrt(np.clip(eigenvalues[::-1], 0, None))  # (d,) descending
     s_centered = np.sqrt(np.clip(np.linalg.eigvalsh(centered)[::-1], 0, None))
+    energies, first = np.zeros((n_seq, d)), 0  # (n_seq, d): ||H_j v_i||^2, d lambda_i / d w_j
+    vectors32 = vectors.astype(np.float32)  # a derivative for resampling: float32's 1e-7 is plenty, at half the time
+    for start in range(0, hidden.shape[0], rows):  # the first pass refused NaN/Inf
+        block = np.asarray(hidden[start : start + rows], dtype=np.float32)  # (m, d)
+        count = block.shape[0] // seq_len
+        energies[first : first + count] = ((block @ vectors32).astype(np.float64) ** 2).reshape(count, seq_len, d).sum(axis=1)
+        first += count
     return {
         "effective_rank": roy_vetterli(s),
+        "effective_rank_influence": effective_rank_influence(eigenvalues, energies).tolist(),
         "effective_rank_centered": roy_vetterli(s_centered),
         "singular_entropy": singular_entropy(s),
         "hidden_size": d,

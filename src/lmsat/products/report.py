@@ -271,6 +271,8 @@ def key_numbers(loss: pd.DataFrame, hidden_sizes: dict[str, int], shortfall: pd.
         row = dict(model=model, hidden_size=hidden_sizes.get(model, math.nan), checkpoints=len(rows_of),
                    best_revision=best["revision"], best_loss=float(best["loss"]), final_revision=final["revision"],
                    final_loss=float(final["loss"]))
+        if "implausible_loss" in rows_of:  # the loss table's flag beside the loss it marks (the best is never)
+            row["final_implausible_loss"] = str(final["implausible_loss"]) == "True"
         if shortfall is not None:
             for kind in ("best", "final"):
                 match = shortfall[(shortfall["model"] == model) & (shortfall["kind"] == kind)]
@@ -301,7 +303,7 @@ def interval_reading(low: float, high: float) -> str:
 
 
 def verdict_rows(verdicts: pd.DataFrame) -> pd.DataFrame:
-    """The summary's first table, one row per model of results/tables/saturation_verdicts.csv
+    """The summary's first table, one row per model of results/<run>/tables/saturation_verdicts.csv
     (lmsat.saturation.verdict): the verdict, the measured rise of the final above the lowest earlier
     checkpoint (negative: the final is the lowest), the simultaneous interval of the true
     rise (which always contains the measured one) and what it says, its standard error, the
@@ -324,6 +326,20 @@ def verdict_rows(verdicts: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def verdict_notes(rows: pd.DataFrame) -> str:
+    """The notes of verdict_rows as a list under the table, an item per model (issue 50: a
+    400-character note per flagged checkpoint stood in a narrow column of the table; the
+    column now says "below")."""
+    noted = rows[rows["notes"] != ""]
+    if noted.empty:
+        return ""
+    items = "".join(f"<li><b>{html.escape(model)}</b>: {html.escape(notes)}</li>"
+                    for model, notes in zip(noted["model"], noted["notes"]))
+    return f"<ul class=\"verdict-notes\">{items}</ul>"
+
+
+TABLES = "results/<run>/tables"  # a run's tables, as the notes name them where the run is not known
+
 VERDICT_NOTE = (
     "A one-sided max-t test of the final checkpoint's loss against every earlier one's, paired over the same "
     "{units:,} eval sequences at every checkpoint (sequences are the independent units; docs/saturation.md). "
@@ -336,18 +352,22 @@ VERDICT_NOTE = (
     "({level:.0f}%: each bound {bound:.0f}%), and always contains the measured rise. Above 0 it is the verdict "
     "saturates; below 0 the final is better than every earlier checkpoint beyond noise (still improving); "
     "across 0 neither is shown. rise_se: standard error of the paired difference between the final and the "
-    "lowest earlier checkpoint. Table: results/tables/saturation_verdicts.csv."
+    "lowest earlier checkpoint. Table: {tables}/saturation_verdicts.csv."
 )
 
 
-def verdict_section(verdicts: pd.DataFrame) -> list[str]:
+def verdict_section(verdicts: pd.DataFrame, tables: str = TABLES) -> list[str]:
     """The summary's lead: does each model saturate, and how sure are we (verdict_rows)."""
     alpha = float(verdicts["alpha"].iloc[0]) if len(verdicts) else 0.05
     units = int(verdicts["units"].max()) if len(verdicts) else 0
-    note = VERDICT_NOTE.format(units=units, alpha=alpha, level=100 * (1 - 2 * alpha), bound=100 * (1 - alpha))
+    note = VERDICT_NOTE.format(units=units, alpha=alpha, level=100 * (1 - 2 * alpha), bound=100 * (1 - alpha),
+                               tables=tables)
+    rows = verdict_rows(verdicts)
+    listed = verdict_notes(rows)
+    shown = rows.assign(notes=["below" if text else "" for text in rows["notes"]])
     return ["<h2>Saturation verdicts, by model (smallest first)</h2>", f"<p class=\"note\">{html.escape(note)}</p>",
             f"<p class=\"note\">{html.escape(VERDICT_CAUSE_NOTE)}</p>",
-            html_table(verdict_rows(verdicts), css_class="sortable verdicts")]
+            html_table(shown, css_class="sortable verdicts"), *([listed] if listed else [])]
 
 
 VERDICT_CAUSE_NOTE = (
@@ -373,8 +393,8 @@ def _lowest(final: pd.DataFrame, value: pd.Series, sem: pd.Series, fmt: str) -> 
             f"{final.loc[second, 'model']}'s {value[second]:{fmt}} ± {Z95 * sem[second]:.2g})")
 
 
-def gradient_fact(gradient: pd.DataFrame) -> str:
-    """The summary's line on the gradient bottleneck (results/tables/gradient_bottleneck.csv,
+def gradient_fact(gradient: pd.DataFrame, tables: str = TABLES) -> str:
+    """The summary's line on the gradient bottleneck (results/<run>/tables/gradient_bottleneck.csv,
     lmsat.bottleneck.gradient): at each model's final checkpoint the share of each token's
     logit-gradient energy the head passes back (mean ± 95% interval over sequences) beside
     rank / V, what a random direction keeps, and which models lose the most: the lowest share
@@ -395,7 +415,7 @@ def gradient_fact(gradient: pd.DataFrame) -> str:
         + _lowest(final, final["energy_kept"], final["energy_kept_sem"], ".3g")
         + "; relative to rank / V: " + _lowest(final, ratio, ratio_sem, ".2f")
         + ". These are shares of the eval sample's loss gradient, not of the training batches'. "
-        "Table: results/tables/gradient_bottleneck.csv."
+        f"Table: {tables}/gradient_bottleneck.csv."
     )
 
 
@@ -411,11 +431,11 @@ def figure_links(figures) -> str:
 
 
 
-def published_section(published: pd.DataFrame, source: dict, shots: int) -> list[str]:
+def published_section(published: pd.DataFrame, source: dict, shots: int, tables: str = TABLES) -> list[str]:
     """The summary's part on EleutherAI's published evaluations (lmsat.data.published_evals.compare): the
     rows of the run's best and final checkpoints, of checkpoints with an own lm-eval value and
     of checkpoints whose weights are bit-identical to another revision's, at the run's number
-    of shots; every row is in results/tables/published_evals.csv."""
+    of shots; every row is in results/<run>/tables/published_evals.csv."""
     shown = published[(published["shots"] == shots) & (
         (published["checkpoint"] != "") | published["measured"].notna() | (published["identical_weights"] != "")
     )]
@@ -427,7 +447,7 @@ def published_section(published: pd.DataFrame, source: dict, shots: int) -> list
             "identical_weights names the tensors of a checkpoint that are bit-identical to another revision's: "
             "such a checkpoint is broken upstream whatever its published evals say. Shown: the best and final "
             f"checkpoints, those with a result of this run and those flagged, at {shots} shots; all rows are in "
-            "results/tables/published_evals.csv.")
+            f"{tables}/published_evals.csv.")
     return ["<h2>Published Pythia evaluations</h2>", f"<p class=\"note\">{html.escape(note)}</p>",
             html_table(shown.drop(columns=["published_stderr"]), css_class="sortable published")]
 
@@ -467,7 +487,7 @@ def dynamics_rows(loss: pd.DataFrame, alpha: pd.DataFrame | None = None,
     return pd.DataFrame(rows)
 
 
-def dynamics_section(rows: pd.DataFrame) -> list[str]:
+def dynamics_section(rows: pd.DataFrame, tables: str = TABLES) -> list[str]:
     """The summary's part on the peers' measures at the best and final checkpoints (dynamics_rows)."""
     note = ("WeightWatcher's and pico-analyze's measures at each model's best and final checkpoints. The paper ties "
             "saturation to the LM head's spectrum collapsing: a head stable rank and MP soft rank lower at the final "
@@ -475,11 +495,13 @@ def dynamics_section(rows: pd.DataFrame) -> list[str]:
             "with the table's changes between neighbouring checkpoints). head_alpha: the power-law exponent of the "
             "head's eigenvalue tail ± its standard error as WeightWatcher fits it; its reading (2 to 6 well trained, "
             "below 2 over-fitted) comes from large layers, and a toy's head has too few eigenvalues to trust it; where the "
-            "table's alpha_D_margin is below about 0.02 its xmin, and so alpha, may differ on another CPU. "
+            "table's alpha_D_margin is below 0.02 its xmin, and so alpha, may differ on another CPU, and where "
+            "mp_softrank_margin is below 0.01 the MP fit may too (even with the same eigenvalues summed in another "
+            "order). "
             "last_layer_cka_best_final: linear CKA of the last layer's representations at the best and at the final "
             "checkpoint over the same tokens; below 1 the representations changed after the loss-minimising "
             "checkpoint, in a way CKA sees (not a rotation or a rescaling); its debiased form removes the part an "
-            "unrelated pair would show at this sample size. Tables: results/tables/weight_alpha.csv, "
+            f"unrelated pair would show at this sample size. Tables: {tables}/weight_alpha.csv, "
             "representation_similarity.csv.")
     return ["<h2>Weight and representation diagnostics at the best and final checkpoints</h2>",
             f"<p class=\"note\">{html.escape(note)}</p>", html_table(rows, css_class="sortable dynamics")]
@@ -487,12 +509,14 @@ def dynamics_section(rows: pd.DataFrame) -> list[str]:
 
 def summary_page(title: str, facts: list[str], numbers: pd.DataFrame, comparison: pd.DataFrame,
                  source: str, figures=(), published: pd.DataFrame | None = None, published_source=None,
-                 shots: int = 0, verdicts: pd.DataFrame | None = None, dynamics: pd.DataFrame | None = None) -> str:
+                 shots: int = 0, verdicts: pd.DataFrame | None = None, dynamics: pd.DataFrame | None = None,
+                 tables: str = TABLES) -> str:
     """The report's first page: the saturation verdict of each model (`verdicts`, the table
     saturation_verdicts), the run's facts, a link to each of its figures (`figures`:
     (title, path in the report, href from this page)), its key numbers, the paper's values
     beside them, and EleutherAI's published evaluations of its Pythia checkpoints beside its
-    own lm-eval results (`published`, when the run has any such checkpoint)."""
+    own lm-eval results (`published`, when the run has any such checkpoint). `tables`: the run's
+    tables directory (results/<run>/tables), as every note names it."""
     comparable = bool(comparison["comparable"].any()) if len(comparison) else False
     shown = with_counterpart(comparison)  # a value the run has no counterpart of: in the CSV only
     if not comparable:  # the paper's values this run has a counterpart of, without a difference
@@ -508,25 +532,27 @@ def summary_page(title: str, facts: list[str], numbers: pd.DataFrame, comparison
     else:
         comparison_table = (f"<p class=\"note\">None of the paper's {len(comparison)} values has a counterpart "
                             "in this run: its models, suites and tasks are not the paper's "
-                            "(results/tables/paper_comparison.csv lists them).</p>")
+                            f"({html.escape(tables)}/paper_comparison.csv lists them).</p>")
         intro = "This run has none of the paper's models, so nothing here is a reproduction."
     body = "\n".join([
         f"<h1>{html.escape(title)}</h1>",
-        *(verdict_section(verdicts) if verdicts is not None else []),
+        *(verdict_section(verdicts, tables) if verdicts is not None else []),
         "<ul>" + "".join(f"<li>{html.escape(fact)}</li>" for fact in facts) + "</ul>",
         *(["<h2>Figures</h2>", "<p class=\"note\">Click one to see it with its caption.</p>", figure_links(figures)]
           if figures else []),
         "<h2>Key numbers, by model (smallest first)</h2>",
         "<p class=\"note\">best_*: the loss-minimising checkpoint, final_*: the last (whether the final "
-        "is above the best beyond noise: the verdicts above); *_shortfall_pct: loss above the scaling law of Fig. 1b; "
+        "is above the best beyond noise: the verdicts above); final_implausible_loss: the final's loss is back near "
+        "ln V, an untrained model's (loss.csv's implausible_loss); *_shortfall_pct: loss above the scaling law of Fig. 1b; "
         "risen_up_to_rank: largest rank r whose rank-r head loses to the full head by more than "
-        "bottleneck.rise_tolerance (Fig. 6). Tables: results/tables.</p>",
+        f"bottleneck.rise_tolerance (Fig. 6). Tables: {html.escape(tables)}.</p>",
         html_table(numbers, css_class="sortable key-numbers"),
-        *(dynamics_section(dynamics) if dynamics is not None and len(dynamics) else []),
+        *(dynamics_section(dynamics, tables) if dynamics is not None and len(dynamics) else []),
         "<h2>Compared with the paper</h2>",
         f"<p class=\"note\">{html.escape(intro)} Paper values: {html.escape(source)}, "
         "section and figure as given (~ marks a value the paper gives approximately).</p>",
         comparison_table,
-        *(published_section(published, published_source, shots) if published is not None and len(published) else []),
+        *(published_section(published, published_source, shots, tables) if published is not None and len(published)
+          else []),
     ])
     return page(title, body, script=False)  # embedded in the report's landing page

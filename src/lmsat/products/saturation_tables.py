@@ -68,25 +68,62 @@ def implausible_losses(table: pd.DataFrame, vocab_sizes: dict[str, int] | None =
     return ((learned >= LEARNED) & (table["loss"] >= uniform - (1 - FORGOTTEN) * learned)).astype(bool)
 
 
-def implausible_notes(records: list[dict], vocab_sizes: dict[str, int] | None = None) -> dict[str, list[str]]:
-    """model -> a sentence per checkpoint of `records` (loss records) whose loss is
-    implausible for its step (implausible_losses), with its loss, ln V, the earlier best and
-    the share of what was learned that is lost."""
+def implausible_notes(records: list[dict], vocab_sizes: dict[str, int] | None = None,
+                      steps_per_epoch: dict[str, float] | None = None) -> dict[str, list[str]]:
+    """model -> a sentence per run of consecutive checkpoints of `records` (loss records) whose
+    loss is implausible for its step (implausible_losses): where they are, their loss beside
+    ln V, the earlier best and the share of what was learned that is lost, and the likely
+    cause: overfitting where the training data had repeated by then (more than one epoch at
+    the run's first flagged step, from `steps_per_epoch`: {model: optimizer steps per epoch},
+    a local run's trainer_state.json), else a broken checkpoint or a divergence."""
     table = in_model_order(pd.DataFrame.from_records(records), None, ["step"])
-    flags, uniform = implausible_losses(table, vocab_sizes), uniform_losses(table, vocab_sizes)
+    flags, uniform = implausible_losses(table, vocab_sizes).to_numpy(), uniform_losses(table, vocab_sizes)
     notes: dict[str, list[str]] = {}
-    for i in np.flatnonzero(flags.to_numpy()):
-        row = table.iloc[i]
-        earlier = table[(table["model"] == row["model"]) & (table["step"] < row["step"])]
-        best = earlier.loc[earlier["loss"].idxmin()]
-        lost = (row["loss"] - best["loss"]) / (uniform.iloc[i] - best["loss"])
-        notes.setdefault(row["model"], []).append(
-            f"{row['revision']} (step {int(row['step'])}): loss {row['loss']:.3f} is back near ln V = {uniform.iloc[i]:.3f} "
-            f"(a uniform guess over the head's rows, an untrained model's loss) after {best['revision']} (step "
-            f"{int(best['step'])}) reached {best['loss']:.3f}: {100 * lost:.0f}% of what the run had learned is lost. "
-            "A broken checkpoint (zeroed, or untrained weights saved) or a divergence; it is kept (implausible_loss in "
-            "the loss table): check it before reading the verdict")
+    i = 0
+    while i < len(table):
+        if not flags[i]:
+            i += 1
+            continue
+        first = i  # a run of flagged checkpoints of one model, in step order
+        while i + 1 < len(table) and flags[i + 1] and table["model"].iloc[i + 1] == table["model"].iloc[first]:
+            i += 1
+        notes.setdefault(table["model"].iloc[first], []).append(_implausible_note(table, uniform, first, i,
+                                                                                 steps_per_epoch or {}))
+        i += 1
     return notes
+
+
+def _implausible_note(table: pd.DataFrame, uniform: pd.Series, first: int, last: int, steps_per_epoch: dict) -> str:
+    """implausible_notes's sentence on the flagged rows first..last of `table` (one model's, consecutive)."""
+    rows = table.iloc[first:last + 1]
+    start, end = rows.iloc[0], rows.iloc[-1]
+    earlier = table[(table["model"] == start["model"]) & (table["step"] < start["step"])]
+    best = earlier.loc[earlier["loss"].idxmin()]
+    lost = (rows["loss"] - best["loss"]) / (uniform.iloc[first:last + 1] - best["loss"])
+    ln_v = uniform.iloc[first:last + 1]
+    if len(rows) == 1:
+        where = f"{start['revision']} (step {int(start['step'])}): loss {start['loss']:.3f}"
+        share = f"{100 * lost.iloc[0]:.0f}%"
+    else:
+        where = (f"{start['revision']} to {end['revision']} (steps {int(start['step'])} to {int(end['step'])}, "
+                 f"{len(rows)} checkpoints in a row): loss {rows['loss'].min():.3f} to {rows['loss'].max():.3f}")
+        share = f"{100 * lost.min():.0f}% to {100 * lost.max():.0f}%"
+    near = f"{ln_v.iloc[0]:.3f}" if ln_v.nunique() == 1 else f"{ln_v.min():.3f} to {ln_v.max():.3f}"
+    text = (f"{where} {'is' if len(rows) == 1 else 'are'} back near ln V = {near} (a uniform guess over the head's "
+            f"rows, an untrained model's loss) after {best['revision']} (step {int(best['step'])}) reached "
+            f"{best['loss']:.3f}: {share} of what the run had learned is lost. ")
+    per_epoch = steps_per_epoch.get(start["model"])
+    epoch = start["step"] / per_epoch if per_epoch else math.nan
+    if epoch > 1:
+        return text + (f"By step {int(start['step'])} the training data had been gone through {epoch:.3g} times "
+                       f"({per_epoch:g} steps per epoch, from trainer_state.json): the data repeat, so the likely "
+                       "cause is overfitting to them (a held-out loss climbs as the model memorises its training "
+                       "text). A loss that jumps there from near the best in one checkpoint may still be a broken "
+                       "one (untrained weights saved). Kept (implausible_loss in the loss table)")
+    return text + ("A broken checkpoint (zeroed, or untrained weights saved) or a divergence; "
+                   + ("they are" if len(rows) > 1 else "it is")
+                   + " kept (implausible_loss in the loss table): check "
+                   + ("them" if len(rows) > 1 else "it") + " before reading the verdict")
 
 
 def loss_from_records(files, needed: dict, model_order: list[str] | None,
@@ -100,14 +137,15 @@ SATURATION_VERDICT_COLUMNS = [*VERDICT_COLUMNS, "notes"]
 
 def verdicts_from_records(files, needed: dict, model_order: list[str] | None, alpha: float = DEFAULT_ALPHA,
                           min_checkpoints: int = DEFAULT_MIN_CHECKPOINTS, vocab_sizes: dict[str, int] | None = None,
-                          gone=()) -> pd.DataFrame:
+                          gone=(), steps_per_epoch: dict[str, float] | None = None) -> pd.DataFrame:
     """One row per model (SATURATION_VERDICT_COLUMNS): its saturation verdict (lmsat.saturation.verdict),
     a paired max-t test of its final checkpoint against every earlier one, from the
     per-sequence mean losses of its loss records (`sequence_loss`: the same eval sequences at
     every checkpoint). Reads the loss metric's JSON records only (each reduced from a cache's
     `loss` dataset), never a hidden-state array. A model with fewer than `min_checkpoints`
-    checkpoints gets `too few checkpoints`. `notes`: each checkpoint whose loss is
-    implausible for its step (implausible_notes), and the checkpoints among `gone`
+    checkpoints gets `too few checkpoints`. `notes`: each run of checkpoints whose loss is
+    implausible for its step, with its likely cause (implausible_notes, overfitting past one
+    epoch of `steps_per_epoch`), and the checkpoints among `gone`
     ("model@revision": measured, no longer on disk; their records are kept), the best above all."""
     records = metric_records(files, ("loss", "sequence_loss"))
     if not records:
@@ -129,7 +167,7 @@ def verdicts_from_records(files, needed: dict, model_order: list[str] | None, al
                           "not the same eval sample (a paired test needs the same sequences at every checkpoint)")
         per_sequence = np.array([record["sequence_loss"] for _, record in items], dtype=np.float64)  # (K, n_seq)
         verdict = verdict_from_paired(steps, per_sequence, alpha=alpha, min_checkpoints=min_checkpoints)
-        notes = implausible_notes([record for _, record in items], vocab_sizes).get(model, [])
+        notes = implausible_notes([record for _, record in items], vocab_sizes, steps_per_epoch).get(model, [])
         vanished = [record["revision"] for _, record in items if f"{model}@{record['revision']}" in set(gone)]
         if vanished:
             best = next(record["revision"] for _, record in items if int(record["step"]) == verdict.best_step)
@@ -143,12 +181,16 @@ def verdicts_from_records(files, needed: dict, model_order: list[str] | None, al
 
 # ---- best and final checkpoints, Table 1
 
-BEST_FINAL_COLUMNS = ["suite", "model", "kind", "revision", "step", "tokens", "loss", "loss_sem"]
+BEST_FINAL_COLUMNS = ["suite", "model", "kind", "revision", "step", "tokens", "loss", "loss_sem", "implausible_loss"]
 
 
 def select_checkpoints(loss: pd.DataFrame) -> pd.DataFrame:
     """best_final.csv: the rows flagged is_best / is_final in a loss table (loss_table), one
-    per model x kind, models in the loss table's order (by size)."""
+    per model x kind, models in the loss table's order (by size), each with the loss table's
+    implausible_loss (a final back near ln V: Table 1 and Fig. 1b read these rows)."""
+    if "implausible_loss" not in loss:
+        raise ValueError("loss table: no implausible_loss column (written by an older lmsat); delete "
+                         "results/<run>/tables/loss.csv and rerun (rule tabulate_metric makes it again)")
     rows = []
     for kind in ("best", "final"):
         flagged = loss[loss[f"is_{kind}"].astype(bool)].assign(kind=kind)
@@ -304,6 +346,8 @@ def scaling_tables(selection: pd.DataFrame, sizes: dict[str, float], settings: d
             predicted=predicted,
             shortfall_pct=shortfall(points["loss"], predicted),
             fitted=fitted,
+            # the loss table's flag, carried with the loss it marks (empty: not known, a published record)
+            implausible_loss=points["implausible_loss"] if "implausible_loss" in points else pd.NA,
         )
     ).sort_values(["n_params", "kind"], kind="stable")
     below = table[table["n_params"] < min_params]

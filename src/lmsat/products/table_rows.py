@@ -56,11 +56,17 @@ def scalars_from_records(files, needed: dict, model_order: list[str] | None, col
 def mark_on_disk(table: pd.DataFrame, gone) -> pd.DataFrame:
     """`table` with column on_disk (rows per checkpoint: those with a revision column): False
     for the checkpoints of `gone` ("model@revision"), measured before their directories went
-    (a Trainer's save_total_limit rotates them away) and kept from their records."""
+    (a Trainer's save_total_limit rotates them away) and kept from their records. A table
+    comparing each checkpoint with another (reference_revision) also gets reference_on_disk:
+    False where that reference left (its rows were made from its cache, or kept from then)."""
     if "revision" not in table or "model" not in table:
         return table
     gone = set(gone)
-    return table.assign(on_disk=[f"{m}@{r}" not in gone for m, r in zip(table["model"], table["revision"])])
+    table = table.assign(on_disk=[f"{m}@{r}" not in gone for m, r in zip(table["model"], table["revision"])])
+    if "reference_revision" in table:
+        table = table.assign(reference_on_disk=[f"{m}@{r}" not in gone
+                                                for m, r in zip(table["model"], table["reference_revision"])])
+    return table
 
 
 def flag_final(table: pd.DataFrame) -> pd.DataFrame:

@@ -45,6 +45,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from lmsat.runtime.warm_lifetime import OWNER_VARIABLE, die_with_parent, end_orphan, stay_with_snakemake
 from lmsat.runtime.warm_wire import receive, send
 
 SOCKET_VARIABLE = "LMSAT_WARM_SOCKET"
@@ -60,7 +61,7 @@ THREAD_VARIABLES = (
 # PS2 and resets PS4 (`. .venv/bin/activate` exports PS1), and sets _, SHLVL and PWD.
 SHELL_VARIABLES = frozenset({"_", "SHLVL", "PWD", "OLDPWD", "PS1", "PS2", "PS3", "PS4", "PROMPT_COMMAND",
                              "PROMPT_DIRTRIM"})
-IGNORED_VARIABLES = SHELL_VARIABLES | {"TMPDIR", "TMP", "TEMP", "TEMPDIR"}
+IGNORED_VARIABLES = SHELL_VARIABLES | {"TMPDIR", "TMP", "TEMP", "TEMPDIR", OWNER_VARIABLE}  # (read by no import)
 # Threads whose library makes a fork safe (pyarrow's allocator, imported with pandas and
 # lm-eval's datasets: jemalloc registers its own pthread_atfork handlers).
 FORK_SAFE_THREADS = frozenset({"jemalloc_bg_thd"})
@@ -106,6 +107,7 @@ def hand_off() -> None:
     script = getattr(main, "__real_file__", None)  # Snakemake's copy of the script, run as __main__
     if SERVING or not path or script is None or sys.platform != "linux":
         return
+    stay_with_snakemake(script)  # a job never outlives the Snakemake whose job it is
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.connect(path)
@@ -143,7 +145,7 @@ def hand_off() -> None:
     if status is None:
         # The job fails; Snakemake then removes its outputs, so the forked process must be gone
         # first: a write of it after that removal would be taken for a finished output.
-        ended = _end_orphan(pid, pidfd)
+        ended = end_orphan(pid, pidfd)
         print(f"lmsat.runtime.warm: the warm interpreter ended before job process {pid} reported how it ended"
               f"{'; that process was killed' if ended else ''}", file=sys.stderr)
         code = 1
@@ -153,20 +155,6 @@ def hand_off() -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
-
-
-def _end_orphan(pid: int, pidfd: int | None) -> bool:
-    """SIGKILL the forked job `pid` (through its `pidfd`) and wait until it has ended; False
-    without a pidfd (its own parent-death signal, _die_with_parent, ends it then)."""
-    if pidfd is None:
-        return False
-    try:
-        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-    except ProcessLookupError:
-        pass  # ended already
-    while not select.select([pidfd], [], [], 10)[0]:  # readable once the process has exited
-        print(f"lmsat.runtime.warm: waiting for killed job process {pid} to end", file=sys.stderr)
-    return True
 
 
 # --- the warm interpreter's side ---
@@ -210,16 +198,17 @@ def _source_state(root: Path) -> dict[str, tuple[int, ...]]:
     return state
 
 
-def _die_with_parent(parent: int) -> None:
-    """In a forked job: the kernel SIGKILLs this process when the warm interpreter (`parent`)
-    ends, so no job outlives it (its writes would land after Snakemake removed the failed
-    job's outputs); if it has already ended, exit now."""
-    import ctypes
+def _content_digests(root: Path, names) -> dict[str, str | None]:
+    """relative path -> SHA-256 of its bytes (None: gone), what lmsat.core.io.source_sha256 hashes."""
+    import hashlib
 
-    pr_set_pdeathsig = 1  # <linux/prctl.h>
-    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != parent:  # it ended between the fork and the prctl
-        os._exit(1)
+    def digest(path: Path) -> str | None:
+        try:
+            return hashlib.sha256(path.read_bytes()).hexdigest()
+        except OSError:
+            return None
+
+    return {name: digest(root / name) for name in names}
 
 
 def _environment_difference(job: dict, base: dict) -> list[str]:
@@ -240,6 +229,10 @@ class _Server:
         # code under the new code's hash, and every job after an edit runs the edited code.
         self.source_root = Path(sys.modules["lmsat"].__file__).resolve().parent
         self.source = _source_state(self.source_root)
+        # Times say where to look, bytes decide: a file with new times but its old bytes (an
+        # editor's save without change, a checkout away and back, an rsync) changes nothing
+        # the records' hash covers, so it does not stop the serving.
+        self.contents = _content_digests(self.source_root, self.source)
         importlib.import_module("lmsat.core.io").source_sha256()
         self.running: dict[int, tuple[socket.socket, float, str]] = {}  # pid -> (connection, start, script)
         self.killed: dict[int, float] = {}  # pid -> when SIGTERM was sent
@@ -269,7 +262,11 @@ class _Server:
         if differing:
             return "its environment differs in " + ", ".join(differing[:5])
         now = _source_state(self.source_root)
-        changed = sorted(k for k in set(now) | set(self.source) if now.get(k) != self.source.get(k))
+        touched = sorted(k for k in set(now) | set(self.source) if now.get(k) != self.source.get(k))
+        changed = [k for k, digest in _content_digests(self.source_root, touched).items() if digest != self.contents.get(k)]
+        if touched and not changed:  # hashed once: the next job compares times again
+            self.source = now
+            self.note(f"src/lmsat/{', '.join(touched)}: new times, the same bytes; still serving")
         if changed:
             shown = ", ".join(f"src/lmsat/{name}" for name in changed[:3]) + (", ..." if len(changed) > 3 else "")
             self.refusing = (f"lmsat's source changed since the warm interpreter imported it ({shown}), so a job "
@@ -336,7 +333,7 @@ class _Server:
         global SERVING
         code = 1
         try:
-            _die_with_parent(server)
+            die_with_parent(server)
             SERVING = True
             signal.set_wakeup_fd(-1)
             for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
@@ -505,7 +502,8 @@ def start(log_path: str, jobs: int, local: bool, enabled: bool = True) -> str | 
     (None when it starts). Its socket's path reaches the jobs through SOCKET_VARIABLE."""
     global _server, _directory
     if _server is None:
-        os.environ.pop(SOCKET_VARIABLE, None)  # inherited from an outer run: not this run's
+        for variable in (SOCKET_VARIABLE, OWNER_VARIABLE):  # inherited from an outer run: not this run's
+            os.environ.pop(variable, None)
     if not enabled:
         return "config warm_start is false"
     if sys.platform != "linux":
@@ -520,6 +518,7 @@ def start(log_path: str, jobs: int, local: bool, enabled: bool = True) -> str | 
     _directory = tempfile.mkdtemp(prefix="lmsat-warm-")  # 0700: only this user connects
     socket_path = os.path.join(_directory, "socket")
     os.environ[SOCKET_VARIABLE] = socket_path
+    os.environ[OWNER_VARIABLE] = str(os.getpid())  # its jobs die with this Snakemake (warm_lifetime)
     env = dict(os.environ, **{v: "1" for v in THREAD_VARIABLES})
     src = str(SRC)  # this lmsat's, first on sys.path as in a job
     # The socket listens before any job starts: a job that connects while the warm interpreter
@@ -552,7 +551,8 @@ def stop() -> None:
             _server.kill()
             _server.wait()
         _server = None
-    os.environ.pop(SOCKET_VARIABLE, None)
+    for variable in (SOCKET_VARIABLE, OWNER_VARIABLE):
+        os.environ.pop(variable, None)
     if _directory is not None:
         import shutil
 

@@ -131,19 +131,26 @@ def _write_jsonl(path: Path, rows: list[dict]) -> None:
     path.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")
 
 
-def write_offline_tasks(out_dir, docs: list[str], n_docs: int, n_choices: int, seed: int) -> list[str]:
+def write_offline_tasks(out_dir, docs: list[str], n_docs: int, n_choices: int, seed: int,
+                        context_words: int = 0) -> list[str]:
     """Write the synthetic_ppl and synthetic_mc tasks (JSONL data + YAML) into out_dir.
 
     docs: space-separated word documents; n_docs of them (with >= 2 words) are drawn with
-    `seed`. synthetic_ppl scores each whole document; synthetic_mc asks for its last word
-    among n_choices words, the n_choices - 1 distractors drawn by unigram frequency over
-    all of `docs` (so that a model must use the context, not word frequency, to win).
-    Returns the task names, to pass with include_path=out_dir.
+    `seed`. synthetic_ppl scores each whole document (lm-eval's rolling windows fit any
+    context); synthetic_mc asks for its last word among n_choices words, the n_choices - 1
+    distractors drawn by unigram frequency over all of `docs` (so that a model must use the
+    context, not word frequency, to win), after the `context_words` words before it (0: all
+    of them). With the models' context in tokens as `context_words` and a token per word (the
+    toy tokenizer, lmsat.toy.suite.build_tokenizer), context and answer fit the model: lm-eval
+    scores them as they are, where it would cut a longer context from the left, with a warning
+    per item. Returns the task names, to pass with include_path=out_dir.
     """
     if n_choices < 2:
         raise ValueError(f"n_choices={n_choices}: a multiple-choice task needs at least 2 choices")
     if n_docs < 1:
         raise ValueError(f"n_docs={n_docs}: need at least one document")
+    if context_words < 0:
+        raise ValueError(f"context_words={context_words}: a number of words, or 0 for the whole document")
     words_per_doc = [doc.split() for doc in docs]
     eligible = [i for i, words in enumerate(words_per_doc) if len(words) >= 2]
     if len(eligible) < n_docs:
@@ -174,7 +181,7 @@ def write_offline_tasks(out_dir, docs: list[str], n_docs: int, n_choices: int, s
         order = rng.permutation(n_choices)
         mc_rows.append(
             {
-                "context": " ".join(words[:-1]),
+                "context": " ".join(words[:-1][-context_words:] if context_words else words[:-1]),
                 "choices": [choices[i] for i in order],
                 "gold": int(np.flatnonzero(order == 0)[0]),
             }

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from lmsat.core.names import checkpoint_path
 from lmsat.core.plan import ModelEntry
 from lmsat.planning.config_files import load_yaml, validate_config
 from lmsat.planning.model_entries import WEIGHT_FILES
@@ -59,13 +60,20 @@ def run_settings(config_path: str | Path | None = None) -> dict:
 
 
 def resolve_checkpoint(path: str | Path, revision: str | None = None) -> Path:
-    """The directory holding one checkpoint's config.json and weights.
+    """The directory holding one checkpoint's config.json and weights, or another trainer's
+    saved step (a folder or file: lmsat.checkpoints.trainer_layouts, docs/trainers.md).
 
     `path` itself; with `revision`, the sub-directory `path/revision` (a trainer's
     checkpoint-N, step-N, ...) or, in a Hugging Face hub cache (`models--org--name`, the toy
     suite's results/<run>/toy/hub/...), the snapshot that refs/<revision> names.
     """
+    from lmsat.checkpoints.trainer_runs import layout
+
     path = Path(path)
+    if revision is not None and path.is_dir() and layout(checkpoint_path(path, revision)) not in (None, "transformers"):
+        path, revision = checkpoint_path(path, revision), None
+    if layout(path) not in (None, "transformers"):  # another trainer's saved step: read (and checked) at load
+        return path
     if not path.is_dir():
         raise AnalyseError(f"checkpoint {path} is not a directory. Fix: give a directory saved with save_pretrained")
     if revision is not None:
@@ -83,7 +91,7 @@ def resolve_checkpoint(path: str | Path, revision: str | None = None) -> Path:
                 "Fix: pass one of these to --revision"
             )
     if not (path / "config.json").is_file():
-        inside = sorted(p.name for p in path.iterdir() if (p / "config.json").is_file())
+        inside = sorted(p.name for p in path.iterdir() if (p / "config.json").is_file() or layout(p) is not None)
         hint = f"; its sub-directories {', '.join(inside[:5])} are checkpoints: pass one with --revision" if inside else ""
         raise AnalyseError(f"{path} has no config.json, so it is no checkpoint{hint}. Fix: point at a save_pretrained directory")
     if not any((path / name).is_file() for name in WEIGHT_FILES):
@@ -174,13 +182,24 @@ def sample_settings(settings: dict, model_config: dict, files, tokenizer_dir: Pa
     return {**settings, "sample": sample}, size
 
 
-def checkpoint_entry(checkpoint: Path, tokenizer: str = "") -> ModelEntry:
-    """A local ModelEntry for one checkpoint directory (lmsat.checkpoints.loading.load_causal_lm checks the
-    loaded model against it), its sizes read from config.json."""
+def checkpoint_config(checkpoint: Path) -> dict:
+    """The checkpoint's config.json as a dict; another trainer's saved step: the config of the
+    transformers model it loads as (its architecture read from the run's own file)."""
+    from lmsat.checkpoints.trainer_runs import layout, read_config
+
+    if layout(checkpoint) not in (None, "transformers"):
+        return read_config(checkpoint)
     try:
-        config = json.loads((checkpoint / "config.json").read_text())
+        return json.loads((checkpoint / "config.json").read_text())
     except ValueError as error:
         raise AnalyseError(f"{checkpoint / 'config.json'} is not valid JSON ({error}). Fix: save the model again") from None
+
+
+def checkpoint_entry(checkpoint: Path, tokenizer: str = "") -> ModelEntry:
+    """A local ModelEntry for one checkpoint directory (lmsat.checkpoints.loading.load_causal_lm checks the
+    loaded model against it), its sizes read from config.json (another trainer's saved step:
+    from the config it loads as)."""
+    config = checkpoint_config(checkpoint)
     text = config.get("text_config", config)
     hidden_size = text.get("hidden_size", text.get("n_embd", text.get("d_model")))
     if not hidden_size:

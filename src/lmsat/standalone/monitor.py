@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from lmsat.errors import MonitorError
+from lmsat.errors import MonitorError, ShardedModelError
 
 if TYPE_CHECKING:
     from lmsat.data.corpus import SampleSize
@@ -136,6 +136,49 @@ def check_sample(model, sample: Sample, tokenizer=None) -> None:
             )
 
 
+def check_unsharded(model) -> None:
+    """ShardedModelError naming the first parameter that is sharded across processes: a
+    DTensor (FSDP2, tensor parallelism), a module wrapped by FSDP (its flat parameters), a
+    DeepSpeed ZeRO-3 parameter. The watch reads the whole model on the process that
+    evaluates, with no collective (which every rank would have to join, at the same step)."""
+    import torch
+
+    try:
+        from torch.distributed.tensor import DTensor
+    except ImportError:  # a torch without torch.distributed
+        DTensor = ()
+    fix = ("Fix: measure the saved checkpoints instead (`lmsat init <output_dir>` + snakemake, or `lmsat analyse "
+           "<checkpoint>`), or watch an unsharded run (DDP, one process)")
+    for name, parameter in model.named_parameters():
+        if isinstance(parameter, DTensor):
+            mesh = parameter.device_mesh
+            raise ShardedModelError(
+                f"cannot watch this model: its parameter {name!r} is a DTensor (placements {tuple(parameter.placements)} "
+                f"on a device mesh of {mesh.size()} process(es)), sharded or distributed across processes by FSDP2 or "
+                f"tensor parallelism, and the watch reads the whole model on one process. {fix}")
+        if hasattr(parameter, "ds_id"):
+            raise ShardedModelError(f"cannot watch this model: its parameter {name!r} is a DeepSpeed ZeRO-3 parameter, "
+                                    f"partitioned across processes, and the watch reads the whole model on one process. {fix}")
+    if torch.distributed.is_available():
+        from torch.distributed.fsdp import FullyShardedDataParallel
+
+        wrapped = [name or "the model" for name, module in model.named_modules()
+                   if isinstance(module, FullyShardedDataParallel)]
+        if wrapped:
+            raise ShardedModelError(f"cannot watch this model: {wrapped[0]!r} is wrapped by FullyShardedDataParallel, "
+                                    f"which flattens and shards its parameters across processes. {fix}")
+
+
+def process_rank() -> int:
+    """This process's rank in a distributed run: torch.distributed's once initialised, else
+    the RANK a launcher (torchrun, SLURM's srun with it set) exported, else 0."""
+    import torch
+
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank()
+    return int(os.environ.get("RANK", "0") or 0)
+
+
 def tokenizer_agreement(tokenizer, tokens: np.ndarray, sequences: int = 8) -> float:
     """The fraction of a sample's ids (its first `sequences` sequences) that `tokenizer` gives
     back when it decodes and encodes them again (difflib's matching blocks): near 1 for
@@ -156,18 +199,17 @@ def tokenizer_agreement(tokenizer, tokens: np.ndarray, sequences: int = 8) -> fl
 
 
 @contextlib.contextmanager
-def untouched(model):
-    """Everything `monitor` could change, as it was: model.training, and the RNG states of
-    python, numpy and torch (CPU and every initialised CUDA device)."""
+def rng_kept():
+    """The RNG states of python, numpy and torch (CPU and every initialised CUDA device) as
+    they were before the block: whatever it draws (a model built on the way, a sample),
+    training draws the same numbers after it."""
     import torch
 
-    was_training = model.training
     states = (random.getstate(), np.random.get_state(), torch.get_rng_state(),
               torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None)
     try:
         yield
     finally:
-        model.train(was_training)
         random.setstate(states[0])
         np.random.set_state(states[1])
         torch.set_rng_state(states[2])
@@ -175,8 +217,20 @@ def untouched(model):
             torch.cuda.set_rng_state_all(states[3])
 
 
+@contextlib.contextmanager
+def untouched(model):
+    """Everything `monitor` could change, as it was: model.training, and the RNG states
+    (rng_kept)."""
+    was_training = model.training
+    try:
+        with rng_kept():
+            yield
+    finally:
+        model.train(was_training)
+
+
 def monitor(model, sample, *, settings: dict | None = None, metrics=DEFAULT_METRICS, tokenizer_dir=None,
-            name: str = "model", revision: str = "in-memory") -> dict:
+            name: str = "model", revision: str = "in-memory", strict: bool = True) -> dict:
     """The per-checkpoint numbers of `model` (in memory, on its device) on `sample` (a Sample,
     a sample file, or (tokens, attrs)), as rule analyse_checkpoint and the metric rules
     compute them for a saved checkpoint. -> {metric: its values (spectra, gradient_bottleneck:
@@ -192,13 +246,18 @@ def monitor(model, sample, *, settings: dict | None = None, metrics=DEFAULT_METR
     copy is freed after), as the pipeline casts a loaded checkpoint. `tokenizer_dir`: the
     tokenizer whose size marks the head's padding rows (spectra.drop_padding_rows).
     Training is untouched (`untouched`): no gradient, autocast off, state restored.
+
+    `strict`: a measure that fails raises (True), or (False) is left out of the record and
+    named in its "failed": {metric: "ErrorType: message"} (a failed forward fails every
+    metric that reads it; "sequence_losses" is then None, as when the loss failed), and
+    the others are measured: SaturationCallback's way, which never stops training.
     """
     import torch
 
     from lmsat.data.hidden_states import ExtractionSettings, extract_to_cache, open_cache
     from lmsat.products.metrics import METRICS, WeightsJob, finish_weights
     from lmsat.saturation.verdict import sequence_means
-    from lmsat.standalone.analyse import gradient_summary, run_settings, spectrum_summary, tokenizer_spec
+    from lmsat.standalone.analyse import SUMMARIES, run_settings, tokenizer_spec
 
     sample = as_sample(sample)
     settings = settings or run_settings()
@@ -214,7 +273,9 @@ def monitor(model, sample, *, settings: dict | None = None, metrics=DEFAULT_METR
     )
     parameter = next(model.parameters())
     device = parameter.device
-    report, spectrum, gradient, diagnostics, pending = {}, None, None, None, {}
+    report, failed, pending, results = {}, {}, {}, {}
+    measure = Measure(failed, strict)
+    sequence_losses = lm = None
     with untouched(model), torch.no_grad(), torch.autocast(device.type, enabled=False):
         model.eval()
         weights = [m for m in metrics if METRICS[m].reads == "weights"]
@@ -224,36 +285,65 @@ def monitor(model, sample, *, settings: dict | None = None, metrics=DEFAULT_METR
                              tokenizer_spec=tokenizer_spec(Path(tokenizer_dir)) if tokenizer_dir else {},
                              drop_padding_rows=drop)
             for metric in weights:
-                pending[metric] = METRICS[metric].compute(model, job)
-        if "spectra" in pending:
-            spectrum = pending.pop("spectra")
-            report["spectra"] = spectrum_summary(spectrum)
-        if "weight_diagnostics" in pending:
-            from lmsat.standalone.analyse import diagnostics_summary
-
-            diagnostics = pending.pop("weight_diagnostics")
-            report["weight_diagnostics"] = diagnostics_summary(diagnostics)
+                with measure(metric):
+                    pending[metric] = METRICS[metric].compute(model, job)
+        for metric in [m for m in pending if METRICS[m].finish is None]:  # spectra, weight_diagnostics: done
+            results[metric] = pending.pop(metric)
         forward_dtype = getattr(torch, extraction_settings.dtype)
-        lm = model if parameter.dtype == forward_dtype else copy.deepcopy(model).to(dtype=forward_dtype)
         identity = dict(model=name, revision=revision, model_id="in-memory", sample_sha256=sample.attrs["sha256"])
-        with tempfile.TemporaryDirectory(prefix="lmsat-monitor-", dir=scratch_dir(model, sample.tokens.size,
-                                                                                extraction_settings)) as scratch:
+        readers = [m for m in metrics if METRICS[m].reads == "cache" or m in pending]
+        readers += [] if "loss" in metrics else [SEQUENCE_LOSSES]
+        with measure(*readers, what="the forward into the hidden-state cache"), \
+                tempfile.TemporaryDirectory(prefix="lmsat-monitor-", dir=scratch_dir(model, sample.tokens.size,
+                                                                                     extraction_settings)) as scratch:
             path = Path(scratch) / "cache.h5"
+            lm = model if parameter.dtype == forward_dtype else copy.deepcopy(model).to(dtype=forward_dtype)
             extract_to_cache(lm, sample.tokens, path, identity=identity, settings=extraction_settings, device=str(device))
-            del lm
+            lm = None
             with open_cache(path, expect=dict(sample_sha256=sample.attrs["sha256"])) as cache:
-                gradient = finish_weights(pending, cache, sample.tokens).get("gradient_bottleneck")
-                if gradient is not None:
-                    report["gradient_bottleneck"] = gradient_summary(gradient)
+                for metric, prepared in pending.items():
+                    with measure(metric):
+                        results.update(finish_weights({metric: prepared}, cache, sample.tokens))
                 for metric in metrics:
                     if METRICS[metric].reads == "cache":
-                        report[metric] = METRICS[metric].compute(cache)
-                # the loss record holds them (the same float64 means); read the cache only without it
-                sequence_losses = (np.asarray(report["loss"]["sequence_loss"]) if "loss" in report
-                                   else sequence_means(cache["loss"][...]))
-    ordered = {m: report[m] for m in metrics}
-    extra = {"diagnostics": diagnostics} if "weight_diagnostics" in metrics else {}
-    return {**ordered, "sequence_losses": sequence_losses, "spectrum": spectrum, "gradient": gradient, **extra}
+                        with measure(metric):
+                            report[metric] = METRICS[metric].compute(cache)
+                if "loss" not in metrics:  # the verdict's units, read from the cache
+                    with measure(SEQUENCE_LOSSES):
+                        sequence_losses = sequence_means(cache["loss"][...])
+        lm = None  # a float32 copy, when the forward failed
+    for metric, result in results.items():
+        with measure(metric, what=f"the summary of {metric}"):
+            report[metric] = SUMMARIES[metric](result)
+    if "loss" in report:  # the loss record holds each sequence's mean (the same float64 means)
+        sequence_losses = np.asarray(report["loss"]["sequence_loss"])
+    ordered = {m: report[m] for m in metrics if m in report}
+    extra = {"diagnostics": results.get("weight_diagnostics")} if "weight_diagnostics" in metrics else {}
+    return {**ordered, "sequence_losses": sequence_losses, "spectrum": results.get("spectra"),
+            "gradient": results.get("gradient_bottleneck"), **extra, "failed": failed}
+
+
+SEQUENCE_LOSSES = "sequence_losses"  # a record's failed key when the verdict's units could not be read (no loss metric)
+
+
+class Measure:
+    """`with measure(*metrics, what=...)`: a failure inside is raised (strict) or written into
+    `failed` for each of `metrics` not failed already ("ErrorType: message", prefixed by
+    `what` when given) and the block left: the other measures go on."""
+
+    def __init__(self, failed: dict, strict: bool):
+        self.failed, self.strict = failed, strict
+
+    @contextlib.contextmanager
+    def __call__(self, *metrics, what: str = ""):
+        try:
+            yield
+        except Exception as error:  # noqa: BLE001 (any failure of a measure: named, never the end of training)
+            if self.strict:
+                raise
+            message = f"{type(error).__name__}: {error}"
+            for metric in metrics:
+                self.failed.setdefault(metric, f"{what} failed: {message}" if what else message)
 
 
 MEMORY_DIR = "/dev/shm"  # a RAM file system on Linux
