@@ -8,8 +8,9 @@ only as a local copy that Snakemake downloaded for it, at <local prefix>/<provid
 is the copy of (`local_copy`); a workflow-made path that is not an input of the job is an
 error naming it (the job would read a file storage never gave it), which makes each job
 check that it declared what it reads. Paths of the user's own files (absolute paths: a
-local corpus, tokenizer or checkpoint) stay as they are: planning refuses them where jobs
-run without the submitting machine's disk (lmsat.planning.storage).
+local corpus, tokenizer or checkpoint) stay as they are: in a storage run the workflow
+declares them local() inputs (users_own in workflow/rules/common.smk), so the jobs that read
+them run on the submitting machine; an own run for remote jobs keeps them in the bucket.
 """
 
 from __future__ import annotations
