@@ -150,6 +150,83 @@ def test_the_bucket_is_asked_for_once_while_it_exists(server, tmp_path, monkeypa
     server.client().delete_bucket(Bucket="lmsat-no-such-bucket")  # moto's buckets outlive its servers
 
 
+def requests_of(objects) -> list[str]:
+    """The S3 requests the plugin's client sends from now on, as `HEAD key`, `LIST prefix`, ..."""
+    sent = []
+
+    def record(params, model, **_):
+        sent.append(f"{model.name} {params.get('Key') or params.get('Prefix')}")
+
+    objects.s3c.meta.client.meta.events.register("before-parameter-build.s3", record)
+    return sent
+
+
+def test_an_object_this_process_uploaded_is_asked_once_and_a_file_never_listed(server, tmp_path, monkeypatch):
+    """The s3 plugin made a HEAD request for each question about an object (exists, time, size)
+    and listed, once per storage object, whether it is a directory: 2,806 HEAD and 851 listing
+    requests of a reduced toy run's 4,817, most about files that process had just uploaded."""
+    from snakemake_storage_plugin_s3 import StorageObject
+
+    from lmsat.planning.storage import answer_stored_files
+
+    for name in ("is_dir", "exists", "mtime", "size", "store_object", "remove"):
+        monkeypatch.setattr(StorageObject, name, StorageObject.__dict__[name])  # put back after the test
+    prefix = f"s3://{BUCKET}/{PREFIX}"
+    assert answer_stored_files(files=rf"^{re.escape(prefix)}/results/", directories=r"/toy/tokenizer$")
+    objects = provider(server, tmp_path)
+    sent = requests_of(objects)
+    local = tmp_path / "loss.csv"
+    local.write_text("step,loss\n0,5.5\n")
+    query = f"{prefix}/results/default/tables/loss.csv"
+
+    def fresh():  # Snakemake makes a storage object per job that names the file
+        made = objects.object(query)
+        made.set_local_path(local)
+        return made
+
+    assert fresh().exists() is False and [r for r in sent if r.startswith(("HeadObject", "ListObjects"))] == [
+        f"HeadObject {PREFIX}/results/default/tables/loss.csv"]  # no listing
+    uploader = fresh()
+    uploader.store_object()
+    sent.clear()
+    stored = server.client().head_object(Bucket=BUCKET, Key=f"{PREFIX}/results/default/tables/loss.csv")
+    for asker in (uploader, fresh(), fresh()):  # the job that made it, then two later jobs
+        assert asker.exists() is True
+        assert asker.mtime() == stored["LastModified"].timestamp() and asker.size() == len(local.read_bytes())
+        asker.retrieve_object()
+    assert [r for r in sent if r.startswith("HeadObject")] == [f"HeadObject {PREFIX}/results/default/tables/loss.csv"]
+    assert not [r for r in sent if r.startswith("ListObjects")]
+    local.write_text("step,loss\n0,5.5\n16,4.1\n")  # a rerun of its job uploads it again
+    uploader.store_object()
+    assert fresh().size() == len(local.read_bytes())
+    server.client().put_object(Bucket=BUCKET, Key=f"{PREFIX}/results/default/tables/other.csv", Body=b"written elsewhere")
+    fresh().remove()  # (the plugin deletes a bucket it empties: other.csv keeps it)
+    assert fresh().exists() is False  # removed here: asked again
+    sent.clear()
+    elsewhere = objects.object(f"{prefix}/results/default/tables/other.csv")
+    assert elsewhere.size() == 17 and elsewhere.size() == 17  # not this process's upload: asked each time
+    assert sent.count(f"HeadObject {PREFIX}/results/default/tables/other.csv") == 2
+    directory = objects.object(f"{prefix}/results/default/toy/tokenizer")
+    server.client().put_object(Bucket=BUCKET, Key=f"{PREFIX}/results/default/toy/tokenizer/tokenizer.json", Body=b"{}")
+    assert directory.exists() is True  # a directory() output: listed, as the plugin does
+
+
+def test_every_directory_output_of_the_workflow_is_one_that_storage_lists():
+    """answer_stored_files takes the run's other files for files: a directory() output that
+    common.smk's DIRECTORY_OUTPUTS missed would be "missing in storage" after its job."""
+    import ast
+
+    rules = {path.name: path.read_text() for path in (ROOT / "workflow" / "rules").glob("*.smk")}
+    literal = re.search(r"^DIRECTORY_OUTPUTS = (\(.*?\n\))", rules["common.smk"], re.S | re.M).group(1)
+    directories = re.compile(ast.literal_eval(literal))
+    declared = [pattern for text in rules.values()
+                for pattern in re.findall(r'(?:directory|fetched_checkpoint)\(\s*"(<results>/[^"]+)"', text)]
+    examples = {"model": "toy-d16", "revision": "step16", "tokenizer": "pythia", "task": "lambada_openai"}
+    assert len(declared) >= 6, declared
+    for pattern in declared:
+        path = "s3://b/lmsat/" + pattern.replace("<results>", "results/default").format(**examples)
+        assert directories.search(path), pattern  # (a file it matches is only listed, as the plugin does)
+
 def test_the_scheduler_asks_an_inputs_size_once_it_exists_and_again_while_it_is_missing(monkeypatch):
     """Snakemake's scheduler asked every ready job's inputs for their existence and size at
     every scheduling round: two storage requests per file per round, 60% of a storage run's

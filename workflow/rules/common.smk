@@ -66,6 +66,7 @@ from lmsat.planning.refusals import ngram_tokenizers
 from lmsat.planning.run_claim import check_run_claim, write_run_claim
 from lmsat.planning.slicing import run_of_config_file
 from lmsat.planning.storage import (
+    answer_stored_files,
     check_storage_run_claim,
     recheck_directories as recheck_storage_directories,
     remember_buckets,
@@ -439,6 +440,11 @@ if STORAGE_PREFIX is not None:
     recheck_storage_directories(DIRECTORY_OUTPUTS)
     reuse_input_sizes()  # two requests per input per scheduling round otherwise
     remember_buckets()  # a request before every "missing" and every upload otherwise
+    # the run's files are files, but for DIRECTORY_OUTPUTS; what this process uploaded is asked once
+    answer_stored_files(
+        files=rf"^{re.escape(STORAGE_PREFIX)}/(?:results|logs|benchmarks)/",
+        directories=DIRECTORY_OUTPUTS,
+    )
 
 
 def planned_path(f):

@@ -11,6 +11,9 @@ what planning must know and do when Snakemake maps every path to a storage provi
   requests per file per round, most of a storage run's time in the main process.
 - `remember_buckets`: the s3 plugin asks whether the bucket exists before it answers that
   an object is missing and before each upload (a request each, 18% of a toy run's).
+- `answer_stored_files`: the s3 plugin asks the storage again for each question Snakemake
+  asks of an object (exists, its time, its size: a HEAD each, and a listing to learn whether
+  it is a directory); an object this process has just uploaded from a file is asked once.
 - The run claim (lmsat.planning.run_claim) kept in the bucket: checked and written there, so
   that a bucket holding another config's run under the same prefix is refused as a run
   directory on disk is.
@@ -36,9 +39,11 @@ def _wrap_method(module: str, owner: str, name: str, wrap) -> bool:
     plain = getattr(cls, name, None)
     if plain is None:
         return False
-    plain = getattr(plain, "lmsat_plain", plain)
+    tag = wrap.__qualname__  # the wrapper that made it: another's (two wrap exists) is kept below
+    if getattr(plain, "lmsat_tag", None) == tag:
+        plain = plain.lmsat_plain
     wrapped = wrap(plain)
-    wrapped.lmsat_plain = plain
+    wrapped.lmsat_plain, wrapped.lmsat_tag = plain, tag
     setattr(cls, name, wrapped)
     return True
 
@@ -79,6 +84,87 @@ def remember_buckets() -> bool:
         return bucket_exists
 
     return _wrap_method("snakemake_storage_plugin_s3", "StorageObject", "bucket_exists", wrap)
+
+
+def answer_stored_files(files: str = r"$^", directories: str = r"$^") -> bool:
+    """Make the s3 plugin's storage objects answer from one request what Snakemake asks of an
+    object this process uploaded from a file, and never list to learn that a file is one.
+
+    Snakemake asks an output, after its job, whether it exists, its time and its size, and
+    asks them again as the input of each later job (`wait_for_files`, the scheduler's sizes,
+    `retrieve_from_storage`, the checksum check): the plugin makes a HEAD request for each
+    answer, and a listing, once per storage object, to learn whether it is a directory
+    (2,806 HEAD and 851 listing requests of a reduced toy run's 4,817).
+
+    - An object this process stored from a file: the first question after the upload makes
+      one HEAD request, whose time and size answer every later question, until this process
+      stores or removes the object again. Only this process's own uploads are remembered: an
+      object that existed before, or that another process (a remote job) wrote, is asked as
+      the plugin asks, so a rewrite elsewhere is never answered from memory.
+    - A query that matches `files` and not `directories` is a file: whether it is a directory
+      is answered without a listing (the workflow's outputs are files except its directory()
+      outputs, which `directories` names; a directory it missed would be "missing", loudly).
+    True if the plugin has the methods (and now answers so)."""
+    import re
+
+    files_pattern, directories_pattern = re.compile(files), re.compile(directories)
+    answers: dict[tuple[str, str, str], tuple[float, int] | None] = {}  # None: stored, not yet asked
+
+    def entry(self) -> tuple[str, str, str]:
+        return (str(getattr(self.provider.settings, "endpoint_url", None)), self.bucket, self.key)
+
+    def head(self) -> tuple[float, int]:
+        key = entry(self)
+        known = answers.get(key)
+        if known is None:
+            found = self.s3obj()
+            found.load()  # one HEAD request: raises the plugin's ClientError where it would
+            known = answers[key] = (found.last_modified.timestamp(), found.content_length)
+        return known
+
+    def wrap_is_dir(plain):
+        def is_dir(self) -> bool:
+            if entry(self) in answers or (files_pattern.search(self.query) and not directories_pattern.search(self.query)):
+                self._is_dir = False
+                return False
+            return plain(self)
+
+        return is_dir
+
+    def wrap_answer(index: int | None):
+        def wrap(plain):
+            def answer(self):
+                if entry(self) not in answers:
+                    return plain(self)
+                try:
+                    known = head(self)
+                except Exception:  # gone since (or any error): as the plugin asks, with its errors
+                    answers.pop(entry(self), None)
+                    return plain(self)
+                return True if index is None else known[index]
+
+            return answer
+
+        return wrap
+
+    def wrap_change(stored: bool):
+        def wrap(plain):
+            def change(self):
+                answers.pop(entry(self), None)
+                plain(self)
+                if stored and not self.local_path().is_dir():
+                    answers[entry(self)] = None  # its time and size: the storage's, asked once
+
+            return change
+
+        return wrap
+
+    wrapped = [
+        _wrap_method("snakemake_storage_plugin_s3", "StorageObject", name, wrap)
+        for name, wrap in (("is_dir", wrap_is_dir), ("exists", wrap_answer(None)), ("mtime", wrap_answer(0)),
+                           ("size", wrap_answer(1)), ("store_object", wrap_change(True)), ("remove", wrap_change(False)))
+    ]
+    return all(wrapped)
 
 
 def reuse_input_sizes() -> bool:
