@@ -595,8 +595,10 @@ def test_a_storage_server_down_mid_run_fails_named_and_the_rerun_completes_reupl
         failed = (tmp_path / "first.log").read_text()
         # Where the fault surfaces depends on the moment the server stops: Snakemake's WorkflowError
         # ("Failed to retrieve input from storage", "Failed to store output in storage ..."), or the
-        # scheduler's size request's own traceback. Each ends with boto's error naming the object.
-        assert re.search(rf"Could not connect to the endpoint URL: \"{re.escape(server.endpoint)}/lmsat-faults/{PREFIX}/\S+\"",
+        # scheduler's size request's own traceback. Each ends with boto's error naming the object:
+        # in its path (a HEAD, GET or PUT) or as the prefix a listing asks for (a directory's).
+        named = rf"/lmsat-faults/{PREFIX}/\S+|/lmsat-faults\?prefix={PREFIX}%2F\S+"
+        assert re.search(rf"Could not connect to the endpoint URL: \"{re.escape(server.endpoint)}(?:{named})\"",
                          failed), failed[-3000:]
         server.start()  # back, with the same buckets
         before = server.last_modified("lmsat-faults", PREFIX + "/")
